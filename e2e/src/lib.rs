@@ -1,0 +1,1 @@
+//! Test helpers for a real API server: to be written (issue 5).

@@ -1,0 +1,1 @@
+//! vLLM KV-cache events: to be written (issue 2).
