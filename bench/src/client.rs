@@ -1,0 +1,332 @@
+//! One streamed request over a pooled hyper client, timed: TTFT, inter-token gaps, end-to-end
+//! latency, token counts from the server's usage block, and the kind of error if it failed.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+
+use crate::sse::{Chunk, SseParser};
+use crate::text;
+use crate::workload::{Prompt, WorkRequest};
+
+/// Where and how requests are sent.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `http://host:port`, without a trailing slash.
+    pub base_url: String,
+    pub model: String,
+    /// Ask the server to generate exactly `max_tokens` (vLLM's `ignore_eos`).
+    pub ignore_eos: bool,
+    /// Per request, from sending to the end of the stream.
+    pub timeout: Duration,
+}
+
+/// Why a request failed; the keys of `errors_by_kind` in results.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    /// No connection could be made.
+    Connect,
+    /// The server answered with a non-2xx status.
+    Status(u16),
+    /// The whole request took longer than the timeout.
+    Timeout,
+    /// The stream was not valid SSE / OpenAI chunks, or ended without `[DONE]`.
+    MalformedStream,
+    /// The server sent an error object inside the stream.
+    StreamError,
+    /// The connection failed while sending or reading the body.
+    Io,
+}
+
+impl ErrorKind {
+    pub fn key(&self) -> String {
+        match self {
+            Self::Connect => "connect".into(),
+            Self::Status(code) => format!("status_{code}"),
+            Self::Timeout => "timeout".into(),
+            Self::MalformedStream => "malformed_stream".into(),
+            Self::StreamError => "stream_error".into(),
+            Self::Io => "io".into(),
+        }
+    }
+}
+
+/// What happened to one request.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Seconds from the start of the run to sending.
+    pub start_s: f64,
+    pub ttft_s: Option<f64>,
+    /// Gaps between successive chunks that carried text.
+    pub itl_s: Vec<f64>,
+    pub e2e_s: f64,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub error: Option<(ErrorKind, String)>,
+    /// The `x-warmpath-replica` response header, when present.
+    pub replica: Option<String>,
+    pub tenant: Option<String>,
+}
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A pooled HTTP/1.1 client: connections are kept alive and reused across requests.
+pub fn http_client(max_idle_per_host: usize) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(max_idle_per_host)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+/// The JSON body and path of a streaming request.
+pub fn request_body(target: &Target, req: &WorkRequest) -> (&'static str, serde_json::Value) {
+    let mut body = match &req.prompt {
+        Prompt::Text(p) => json!({ "prompt": p }),
+        Prompt::Chat(m) => json!({ "messages": m }),
+    };
+    let obj = body.as_object_mut().expect("object literal");
+    obj.insert("model".into(), json!(target.model));
+    obj.insert("max_tokens".into(), json!(req.max_tokens));
+    obj.insert("stream".into(), json!(true));
+    obj.insert("stream_options".into(), json!({ "include_usage": true }));
+    obj.insert("temperature".into(), json!(0.0));
+    if target.ignore_eos {
+        obj.insert("ignore_eos".into(), json!(true));
+    }
+    if let Some(s) = req.session {
+        obj.insert("user".into(), json!(format!("session-{s}")));
+    }
+    let path = match req.prompt {
+        Prompt::Text(_) => "/v1/completions",
+        Prompt::Chat(_) => "/v1/chat/completions",
+    };
+    (path, body)
+}
+
+/// Sends `req` and times it. `run_start` is the zero of `Outcome::start_s`.
+pub async fn send(
+    client: &HttpClient,
+    target: &Target,
+    req: &WorkRequest,
+    run_start: Instant,
+) -> Outcome {
+    let started = Instant::now();
+    let mut out = Outcome {
+        start_s: started.duration_since(run_start).as_secs_f64(),
+        ttft_s: None,
+        itl_s: Vec::new(),
+        e2e_s: 0.0,
+        output_tokens: 0,
+        prompt_tokens: 0,
+        error: None,
+        replica: None,
+        tenant: req.tenant.clone(),
+    };
+    let result = tokio::time::timeout(
+        target.timeout,
+        exchange(client, target, req, started, &mut out),
+    )
+    .await;
+    out.e2e_s = started.elapsed().as_secs_f64();
+    match result {
+        Err(_) => {
+            out.error = Some((
+                ErrorKind::Timeout,
+                format!("no complete answer within {:?}", target.timeout),
+            ))
+        }
+        Ok(Err(e)) => out.error = Some(e),
+        Ok(Ok(())) => {}
+    }
+    out
+}
+
+async fn exchange(
+    client: &HttpClient,
+    target: &Target,
+    req: &WorkRequest,
+    started: Instant,
+    out: &mut Outcome,
+) -> Result<(), (ErrorKind, String)> {
+    let (path, body) = request_body(target, req);
+    let mut builder = http::Request::post(format!("{}{}", target.base_url, path))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "text/event-stream");
+    if let Some(t) = &req.tenant {
+        builder = builder.header("x-tenant-id", t);
+    }
+    if let Some(s) = req.session {
+        builder = builder.header("x-session-id", format!("session-{s}"));
+    }
+    let request = builder
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| (ErrorKind::Io, format!("bad request: {e}")))?;
+    let response = client.request(request).await.map_err(|e| {
+        if e.is_connect() {
+            (ErrorKind::Connect, e.to_string())
+        } else {
+            (ErrorKind::Io, format!("{e:?}"))
+        }
+    })?;
+    out.replica = response
+        .headers()
+        .get("x-warmpath-replica")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let status = response.status();
+    let mut body = response.into_body();
+    if !status.is_success() {
+        let mut text = Vec::new();
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => {
+                    if let Some(d) = f.data_ref() {
+                        text.extend_from_slice(
+                            &d[..d.len().min(512usize.saturating_sub(text.len()))],
+                        );
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        return Err((
+            ErrorKind::Status(status.as_u16()),
+            String::from_utf8_lossy(&text).into_owned(),
+        ));
+    }
+    let mut parser = SseParser::new();
+    let mut last_text: Option<Instant> = None;
+    let mut text_chunks = 0u64;
+    let mut usage = None;
+    let mut done = false;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| (ErrorKind::Io, format!("reading stream: {e}")))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        let now = Instant::now();
+        let events = parser
+            .feed(data)
+            .map_err(|e| (ErrorKind::MalformedStream, e.to_string()))?;
+        for ev in events {
+            match Chunk::parse(&ev).map_err(|e| (ErrorKind::MalformedStream, e))? {
+                Chunk::Done => done = true,
+                Chunk::Error(m) => return Err((ErrorKind::StreamError, m)),
+                Chunk::Data {
+                    text_bytes,
+                    usage: u,
+                } => {
+                    if u.is_some() {
+                        usage = u;
+                    }
+                    if text_bytes > 0 {
+                        text_chunks += 1;
+                        match last_text {
+                            None => out.ttft_s = Some(now.duration_since(started).as_secs_f64()),
+                            Some(prev) => out.itl_s.push(now.duration_since(prev).as_secs_f64()),
+                        }
+                        last_text = Some(now);
+                    }
+                }
+            }
+        }
+    }
+    if !done {
+        return Err((
+            ErrorKind::MalformedStream,
+            "stream ended without [DONE]".to_owned(),
+        ));
+    }
+    match usage {
+        Some(u) => {
+            out.output_tokens = u.completion_tokens;
+            out.prompt_tokens = u.prompt_tokens;
+        }
+        None => {
+            // Servers that ignore include_usage: one chunk per token is the common case.
+            out.output_tokens = text_chunks;
+            out.prompt_tokens = match &req.prompt {
+                Prompt::Text(p) => text::approx_tokens(p) as u64,
+                Prompt::Chat(m) => m
+                    .iter()
+                    .map(|x| text::approx_tokens(&x.content) as u64)
+                    .sum(),
+            };
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Message;
+
+    fn target() -> Target {
+        Target {
+            base_url: "http://127.0.0.1:1".into(),
+            model: "tiny".into(),
+            ignore_eos: true,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn completion_and_chat_bodies() {
+        let req = WorkRequest {
+            session: None,
+            tenant: None,
+            prompt: Prompt::Text(" the cat".into()),
+            max_tokens: 7,
+        };
+        let (path, body) = request_body(&target(), &req);
+        assert_eq!(path, "/v1/completions");
+        assert_eq!(body["prompt"], " the cat");
+        assert_eq!(body["max_tokens"], 7);
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["ignore_eos"], true);
+        assert!(body.get("user").is_none());
+
+        let req = WorkRequest {
+            session: Some(4),
+            tenant: Some("a".into()),
+            prompt: Prompt::Chat(vec![Message::new("user", " hi".into())]),
+            max_tokens: 1,
+        };
+        let mut t = target();
+        t.ignore_eos = false;
+        let (path, body) = request_body(&t, &req);
+        assert_eq!(path, "/v1/chat/completions");
+        assert_eq!(body["messages"][0]["role"], "user");
+        assert_eq!(body["user"], "session-4");
+        assert!(body.get("ignore_eos").is_none());
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_a_connect_error() {
+        // Bind then drop a listener: nothing listens on that port afterwards.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut t = target();
+        t.base_url = format!("http://127.0.0.1:{port}");
+        let req = WorkRequest {
+            session: None,
+            tenant: None,
+            prompt: Prompt::Text(" x".into()),
+            max_tokens: 1,
+        };
+        let out = send(&http_client(1), &t, &req, Instant::now()).await;
+        assert_eq!(out.error.map(|e| e.0), Some(ErrorKind::Connect));
+        assert_eq!(out.ttft_s, None);
+    }
+}

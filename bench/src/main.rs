@@ -1,0 +1,285 @@
+//! `warmpath-bench`: `run` offers load and writes a JSON result, `describe` prints a workload and
+//! its oracle, `report` turns result files into BENCHMARKS.md and PNG plots.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use warmpath_bench::cli::{Cli, Command, DescribeArgs, ExportArgs, Mode, RunArgs};
+use warmpath_bench::client::{http_client, Target};
+use warmpath_bench::metrics::{fleet_delta, scrape, CacheCounters};
+use warmpath_bench::oracle::{evaluate, scaled_block_size, OracleRequest};
+use warmpath_bench::results::{aggregate, LoadMode, RunConfig, RunResult, SCHEMA};
+use warmpath_bench::runner::{run, Plan};
+use warmpath_bench::workload::{Fleet, Prompt, WorkloadSpec};
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(run_command(*args))
+        }
+        Command::Describe(args) => describe(args),
+        Command::Export(args) => export(args),
+        Command::Report(args) => {
+            warmpath_bench::report::write_report(&args.results, &args.out, &args.font)
+                .with_context(|| format!("writing {}", args.out.display()))
+        }
+    }
+}
+
+async fn run_command(args: RunArgs) -> Result<()> {
+    let spec = args.workload.spec()?;
+    let load = match args.mode {
+        Mode::Closed => {
+            if args.concurrency == 0 {
+                bail!("--concurrency must be at least 1");
+            }
+            LoadMode::Closed {
+                concurrency: args.concurrency,
+            }
+        }
+        Mode::Open => match args.rate {
+            Some(r) if r > 0.0 && r.is_finite() => LoadMode::Open { rate: r },
+            _ => bail!("--mode open needs --rate R with R > 0"),
+        },
+    };
+    if !(args.oracle_bytes_per_token > 0.0 && args.oracle_bytes_per_token.is_finite()) {
+        bail!("--oracle-bytes-per-token must be positive");
+    }
+    if args.requests.is_none() && args.duration.is_none() {
+        bail!("give --requests N or --duration D (or both)");
+    }
+    let base_url = args.url.trim_end_matches('/').to_owned();
+    base_url
+        .parse::<http::Uri>()
+        .ok()
+        .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some())
+        .with_context(|| format!("--url {base_url:?} is not an http://host:port URL"))?;
+    let target = Arc::new(Target {
+        base_url: base_url.clone(),
+        model: args.model.clone(),
+        ignore_eos: !args.no_ignore_eos,
+        timeout: args.timeout,
+    });
+    let idle = match load {
+        LoadMode::Closed { concurrency } => concurrency,
+        LoadMode::Open { .. } => 256,
+    };
+    let client = http_client(idle);
+
+    let mut before = Vec::new();
+    for url in &args.metrics_urls {
+        before.push(
+            scrape(&client, url)
+                .await
+                .with_context(|| "reading cache counters before the run")?,
+        );
+    }
+
+    let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    let plan = Plan {
+        load,
+        requests: args.requests,
+        duration: args.duration,
+        max_in_flight: args.max_in_flight,
+        seed: args.seed,
+    };
+    let out = run(
+        client.clone(),
+        target,
+        spec.requests(args.seed),
+        plan,
+        !args.quiet,
+    )
+    .await;
+
+    let mut after = Vec::new();
+    for url in &args.metrics_urls {
+        after.push(
+            scrape(&client, url)
+                .await
+                .with_context(|| "reading cache counters after the run")?,
+        );
+    }
+    let cache =
+        (!args.metrics_urls.is_empty()).then(|| fleet_delta(&args.metrics_urls, &before, &after));
+
+    let fleet = args.workload.fleet();
+    let oracle = (!args.no_oracle).then(|| {
+        let (replicas, blocks, engine_block) = oracle_fleet(&fleet, &before);
+        let block_size = scaled_block_size(engine_block, args.oracle_bytes_per_token);
+        let reqs: Vec<OracleRequest> = spec
+            .requests(args.seed)
+            .take(out.outcomes.len())
+            .map(|r| OracleRequest::from_work(&r, block_size))
+            .collect();
+        evaluate(&reqs, block_size, blocks, replicas)
+    });
+
+    let agg = aggregate(&out.outcomes, out.wall_s);
+    let result = RunResult {
+        schema: SCHEMA,
+        tool: format!("warmpath-bench {}", env!("CARGO_PKG_VERSION")),
+        config: RunConfig {
+            label: args.label.clone().unwrap_or_else(|| base_url.clone()),
+            suite: args.suite.clone(),
+            url: base_url,
+            model: args.model,
+            load,
+            requests: args.requests,
+            duration_s: args.duration.map(|d| d.as_secs_f64()),
+            seed: args.seed,
+            timeout_s: args.timeout.as_secs_f64(),
+            ignore_eos: !args.no_ignore_eos,
+            workload: spec,
+            fleet,
+            metrics_urls: args.metrics_urls,
+        },
+        started_unix_s,
+        wall_s: out.wall_s,
+        counts: agg.counts,
+        throughput: agg.throughput,
+        latency_ms: agg.latency_ms,
+        ttft_cdf_ms: agg.ttft_cdf_ms,
+        by_tenant: agg.by_tenant,
+        by_replica: agg.by_replica,
+        cache,
+        oracle,
+    };
+    eprintln!("{}", one_line_summary(&result));
+    let json = serde_json::to_string_pretty(&result)?;
+    match &args.out {
+        Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, json + "\n")
+                .with_context(|| format!("writing {}", path.display()))?
+        }
+        None => println!("{json}"),
+    }
+    Ok(())
+}
+
+/// The oracle's fleet: the cache shape the replicas report when every one of them does,
+/// otherwise the `--fleet-*` flags.
+fn oracle_fleet(fleet: &Fleet, scraped: &[CacheCounters]) -> (usize, usize, usize) {
+    let shapes: Option<Vec<(u32, u32)>> = scraped
+        .iter()
+        .map(|c| Some((c.num_blocks?, c.block_size?)))
+        .collect();
+    match shapes {
+        Some(s) if !s.is_empty() && s.iter().all(|x| x.1 == s[0].1) => {
+            let min_blocks = s.iter().map(|x| x.0).min().unwrap_or(0);
+            (s.len(), min_blocks as usize, s[0].1 as usize)
+        }
+        _ => (
+            fleet.replicas as usize,
+            fleet.kv_blocks as usize,
+            fleet.block_size as usize,
+        ),
+    }
+}
+
+fn one_line_summary(r: &RunResult) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    let hit = r.cache.as_ref().and_then(|c| c.hit_rate);
+    let oracle = r.oracle.as_ref().and_then(|o| o.belady.hit_rate);
+    format!(
+        "{}: {} ok, {} errors {:?}; {:.2} req/s, {:.1} out tok/s; TTFT p50 {} p90 {} p99 {} ms; ITL p50 {} ms; hit rate {} (oracle {})",
+        r.config.label,
+        r.counts.ok,
+        r.counts.errors,
+        r.counts.errors_by_kind,
+        r.throughput.requests_per_s,
+        r.throughput.output_tokens_per_s,
+        f(r.latency_ms.ttft.p50),
+        f(r.latency_ms.ttft.p90),
+        f(r.latency_ms.ttft.p99),
+        f(r.latency_ms.itl.p50),
+        hit.map_or("-".into(), |h| format!("{h:.3}")),
+        oracle.map_or("-".into(), |h| format!("{h:.3}")),
+    )
+}
+
+fn describe(args: DescribeArgs) -> Result<()> {
+    let spec: WorkloadSpec = args.workload.spec()?;
+    let fleet = args.workload.fleet();
+    println!("workload: {}", serde_json::to_string_pretty(&spec)?);
+    println!(
+        "fleet: {} replicas × {} blocks × {} tokens = {} tokens ({} per replica); prefix working set {} tokens",
+        fleet.replicas,
+        fleet.kv_blocks,
+        fleet.block_size,
+        fleet.fleet_tokens(),
+        fleet.replica_tokens(),
+        spec.prefix_working_set()
+    );
+    for (i, r) in spec.requests(args.seed).take(args.show).enumerate() {
+        let shape = match &r.prompt {
+            Prompt::Text(t) => format!(
+                "text, {} tokens: {}…",
+                warmpath_bench::text::approx_tokens(t),
+                t.chars().take(60).collect::<String>()
+            ),
+            Prompt::Chat(m) => format!("chat, {} messages", m.len()),
+        };
+        println!(
+            "request {i}: session {:?} tenant {:?} max_tokens {} {shape}",
+            r.session, r.tenant, r.max_tokens
+        );
+    }
+    let bs = fleet.block_size as usize;
+    let reqs: Vec<OracleRequest> = spec
+        .requests(args.seed)
+        .take(args.requests as usize)
+        .map(|r| OracleRequest::from_work(&r, bs))
+        .collect();
+    let o = evaluate(&reqs, bs, fleet.kv_blocks as usize, fleet.replicas as usize);
+    let f = |h: Option<f64>| h.map_or("-".into(), |h| format!("{h:.3}"));
+    println!(
+        "oracle over {} requests: belady (fleet) {}, lru (fleet) {}, infinite cache {}, lru (one replica) {}",
+        o.requests,
+        f(o.belady.hit_rate),
+        f(o.lru.hit_rate),
+        f(o.infinite.hit_rate),
+        f(o.one_replica.hit_rate)
+    );
+    Ok(())
+}
+
+fn export(args: ExportArgs) -> Result<()> {
+    use std::io::Write;
+    let spec = args.workload.spec()?;
+    let file = std::fs::File::create(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for r in spec.requests(args.seed).take(args.requests as usize) {
+        let mut line = match &r.prompt {
+            Prompt::Text(t) => serde_json::json!({ "prompt": t }),
+            Prompt::Chat(m) => serde_json::json!({ "messages": m }),
+        };
+        line["output_tokens_count"] = r.max_tokens.into();
+        if let Some(s) = r.session {
+            line["session"] = s.into();
+        }
+        if let Some(t) = &r.tenant {
+            line["tenant"] = t.clone().into();
+        }
+        writeln!(w, "{line}")?;
+    }
+    w.flush()?;
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! The benchmark report: reads every run result in a folder, writes `BENCHMARKS.md` (tables,
+//! the targets with how far each is met or missed, the exact commands, the machine) and PNG
+//! plots beside the results.
+//!
+//! Files that the comparison script leaves in the results folder and that are not run results
+//! are included as they are: `machine.txt`, `commands.txt`, and any `*.md` fragment (the
+//! data-path suite's table, the independent tool's comparison), in name order.
+
+mod datapath;
+mod plots;
+mod tables;
+mod targets;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::results::{LoadMode, RunResult, SCHEMA};
+
+#[derive(Debug, Error)]
+pub enum ReportError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no run results (*.json with schema {SCHEMA}) in {0}")]
+    NoResults(PathBuf),
+    #[error("font {path}: {reason}")]
+    Font { path: PathBuf, reason: String },
+    #[error("plot {path}: {reason}")]
+    Plot { path: PathBuf, reason: String },
+}
+
+/// One result file.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub file: String,
+    pub result: RunResult,
+}
+
+impl Loaded {
+    pub fn label(&self) -> &str {
+        &self.result.config.label
+    }
+    pub fn workload(&self) -> &'static str {
+        self.result.config.workload.name()
+    }
+    pub fn rate(&self) -> Option<f64> {
+        match self.result.config.load {
+            LoadMode::Open { rate } => Some(rate),
+            LoadMode::Closed { .. } => None,
+        }
+    }
+}
+
+/// Suites in the order the report lists them; others follow alphabetically.
+const SUITE_ORDER: [&str; 3] = ["sim", "vllm-cpu", "independent"];
+
+/// What a known suite is, said once above its tables.
+fn suite_about(suite: &str) -> Option<&'static str> {
+    Some(match suite {
+        "sim" => "`bench/compare.sh`: one simulated fleet (`warmpath-sim`; shape and costs in the Machine \
+                  section), restarted cold before every run; every system gets the same seeded requests.",
+        "vllm-cpu" => "`bench/real-vllm.sh`: three real vLLM CPU engines (the tiny random-weight Llama of \
+                       `../shared/peers/vllm-cpu.sh`, `--num-gpu-blocks-override 64`, 128-token blocks), prefix \
+                       caches emptied between systems. The question here is whether the hit-rate ordering of the \
+                       policies holds on a real engine; latencies are those of a toy model on shared CPU cores. \
+                       The oracle is approximate: the engine's tokenizer is not the simulator's, so its blocks are \
+                       scaled by the measured bytes per token.",
+        "independent" => "`bench/independent.sh`: warmpath-bench's own runs for the comparison with guidellm below.",
+        _ => return None,
+    })
+}
+
+/// Labels in the order the report lists them; others follow alphabetically.
+const ORDER: [&str; 6] = [
+    "warmpath-round-robin",
+    "warmpath-least-load",
+    "warmpath-prefix",
+    "warmpath-predicted-ttft",
+    "sglang-round-robin",
+    "sglang-cache-aware",
+];
+
+pub(crate) fn label_rank(label: &str) -> (usize, String) {
+    (
+        ORDER
+            .iter()
+            .position(|l| *l == label)
+            .unwrap_or(ORDER.len()),
+        label.to_owned(),
+    )
+}
+
+/// Reads every `*.json` in `dir` that is a run result; other JSON files are skipped with a note
+/// on stderr (the data-path suite writes its own).
+pub fn load_results(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
+    let read_err = |source| ReportError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        match serde_json::from_str::<RunResult>(&text) {
+            Ok(result) if result.schema == SCHEMA => out.push(Loaded {
+                file: path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+                result,
+            }),
+            Ok(_) | Err(_) => eprintln!("report: {} is not a run result, skipped", path.display()),
+        }
+    }
+    if out.is_empty() {
+        return Err(ReportError::NoResults(dir.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Results grouped by suite, then workload.
+pub(crate) type Grouped<'a> = BTreeMap<String, BTreeMap<&'static str, Vec<&'a Loaded>>>;
+
+pub(crate) fn group(results: &[Loaded]) -> Grouped<'_> {
+    let mut g: Grouped = BTreeMap::new();
+    for r in results {
+        g.entry(r.result.config.suite.clone())
+            .or_default()
+            .entry(r.workload())
+            .or_default()
+            .push(r);
+    }
+    for workloads in g.values_mut() {
+        for runs in workloads.values_mut() {
+            runs.sort_by(|a, b| {
+                label_rank(a.label()).cmp(&label_rank(b.label())).then(
+                    a.rate()
+                        .unwrap_or(-1.0)
+                        .total_cmp(&b.rate().unwrap_or(-1.0)),
+                )
+            });
+        }
+    }
+    g
+}
+
+fn read_optional(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// Writes the report to `out` and the plots into `results_dir`.
+pub fn write_report(results_dir: &Path, out: &Path, font: &Path) -> Result<(), ReportError> {
+    let results = load_results(results_dir)?;
+    let grouped = group(&results);
+    plots::register_font(font)?;
+    // Plot links are relative to the report's folder.
+    let out_dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let rel = relative(results_dir, out_dir);
+
+    let mut md = String::new();
+    md.push_str("# warmpath benchmarks\n\n");
+    md.push_str(
+        "Generated by `warmpath-bench report` from the result files in `bench/results/`; do not \
+         edit by hand. Reproduce everything with one command: `bench/compare.sh` (or `make bench`). \
+         Every number below comes from a run in the same session on the same machine, with the \
+         peers running side by side on the same simulated fleet.\n\n",
+    );
+    md.push_str(&targets::section(&grouped));
+    let mut suites: Vec<(&String, _)> = grouped.iter().collect();
+    suites.sort_by_key(|(name, _)| {
+        (
+            SUITE_ORDER
+                .iter()
+                .position(|s| s == name)
+                .unwrap_or(SUITE_ORDER.len()),
+            name.to_string(),
+        )
+    });
+    for (suite, workloads) in suites {
+        md.push_str(&format!("## Suite `{suite}`\n\n"));
+        if let Some(about) = suite_about(suite) {
+            md.push_str(about);
+            md.push_str("\n\n");
+        }
+        let mut ordered: Vec<(&&'static str, &Vec<&Loaded>)> = workloads.iter().collect();
+        // The workload the targets are about first, then the others in their documented order.
+        ordered.sort_by_key(|(w, _)| {
+            crate::workload::WorkloadSpec::NAMES
+                .iter()
+                .position(|n| n == *w)
+        });
+        for (workload, runs) in ordered {
+            md.push_str(&tables::workload_section(suite, workload, runs));
+            let pngs = plots::workload_plots(results_dir, suite, workload, runs)?;
+            for (title, file) in pngs {
+                md.push_str(&format!("![{title}]({})\n\n", rel.join(&file).display()));
+            }
+        }
+    }
+    let mut fragments: Vec<PathBuf> = std::fs::read_dir(results_dir)
+        .map_err(|source| ReportError::Read {
+            path: results_dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    fragments.sort();
+    for f in fragments {
+        if let Some(text) = read_optional(&f) {
+            md.push_str(text.trim_end());
+            md.push_str("\n\n");
+        }
+    }
+    if let Some(text) = read_optional(&results_dir.join("datapath.json")) {
+        md.push_str(&datapath::section(&text));
+    }
+    md.push_str(&tables::oracle_note());
+    md.push_str("## Commands\n\n");
+    let mut commands: Vec<PathBuf> = std::fs::read_dir(results_dir)
+        .map_err(|source| ReportError::Read {
+            path: results_dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with("commands") && name.ends_with(".txt")
+        })
+        .collect();
+    commands.sort();
+    if commands.is_empty() {
+        md.push_str("(no `commands*.txt` in the results folder)\n\n");
+    }
+    for c in commands {
+        if let Some(text) = read_optional(&c) {
+            let name = c
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            md.push_str(&format!("`{name}`:\n\n```sh\n{}\n```\n\n", text.trim_end()));
+        }
+    }
+    md.push_str("## Machine\n\n");
+    match read_optional(&results_dir.join("machine.txt")) {
+        Some(m) => md.push_str(&format!("```\n{}\n```\n", m.trim_end())),
+        None => md.push_str("(no `machine.txt` in the results folder)\n"),
+    }
+    std::fs::write(out, md).map_err(|source| ReportError::Write {
+        path: out.to_owned(),
+        source,
+    })
+}
+
+/// `target` relative to `base` when it is inside it, else `target` as given.
+fn relative(target: &Path, base: &Path) -> PathBuf {
+    let t = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
+    let b = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_owned());
+    t.strip_prefix(&b)
+        .map(Path::to_owned)
+        .unwrap_or_else(|_| target.to_owned())
+}

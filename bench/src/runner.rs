@@ -1,0 +1,180 @@
+//! Offering load: closed loop (a fixed number of requests in flight) or open loop (Poisson
+//! arrivals at a rate, whatever the answers do), until a request count or a duration; a
+//! progress line on stderr once a second.
+//!
+//! Requests are dispatched in workload order. A request that belongs to a session is sent only
+//! after the session's previous request has finished (in the closed loop it holds its slot
+//! while it waits, in the open loop its arrival is delayed), so a conversation never overtakes
+//! itself.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::client::{send, HttpClient, Outcome, Target};
+use crate::results::LoadMode;
+use crate::rng::Rng64;
+use crate::stats::quantile;
+use crate::workload::RequestStream;
+
+/// When to stop sending (the first reached wins; in-flight requests are always awaited).
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub load: LoadMode,
+    pub requests: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Open loop only: the most requests in flight; arrivals beyond wait for a slot, so a
+    /// server that stops answering cannot make the generator hold unbounded state.
+    pub max_in_flight: usize,
+    /// Seed of the arrival process.
+    pub seed: u64,
+}
+
+pub struct RunOutput {
+    pub outcomes: Vec<Outcome>,
+    /// From the first send to the last completion.
+    pub wall_s: f64,
+}
+
+pub async fn run(
+    client: HttpClient,
+    target: Arc<Target>,
+    mut stream: RequestStream,
+    plan: Plan,
+    progress: bool,
+) -> RunOutput {
+    let run_start = Instant::now();
+    let sent = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::unbounded_channel::<Outcome>();
+    let collector = tokio::spawn(collect(rx, sent.clone(), run_start, progress));
+
+    let slots = match plan.load {
+        LoadMode::Closed { concurrency } => concurrency.max(1),
+        LoadMode::Open { .. } => plan.max_in_flight.max(1),
+    };
+    let semaphore = Arc::new(Semaphore::new(slots));
+    let deadline = plan
+        .duration
+        .map(|d| tokio::time::Instant::from_std(run_start + d));
+    let mut arrivals = Rng64::derive(plan.seed, 0xA441_5A15);
+    let mut next_arrival = tokio::time::Instant::from_std(run_start);
+    let mut sessions: HashMap<u64, oneshot::Receiver<()>> = HashMap::new();
+    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let mut n = 0u64;
+    loop {
+        if plan.requests.is_some_and(|r| n >= r) {
+            break;
+        }
+        let end = deadline.unwrap_or(far);
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
+        if let LoadMode::Open { rate } = plan.load {
+            next_arrival += Duration::from_secs_f64(arrivals.exponential(rate.max(1e-9)));
+            if next_arrival >= end {
+                break;
+            }
+            tokio::time::sleep_until(next_arrival).await;
+        }
+        let permit = tokio::select! {
+            p = semaphore.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = tokio::time::sleep_until(end) => break,
+        };
+        let Some(req) = stream.next() else { break };
+        n += 1;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let previous = req.session.and_then(|s| sessions.remove(&s));
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        if let Some(s) = req.session {
+            sessions.insert(s, done_rx);
+        }
+        let (client, target, tx) = (client.clone(), target.clone(), tx.clone());
+        tokio::spawn(async move {
+            if let Some(p) = previous {
+                // Err means the previous request's task ended: either way it is done.
+                let _ = p.await;
+            }
+            let out = send(&client, &target, &req, run_start).await;
+            let _ = tx.send(out);
+            drop(done_tx);
+            drop(permit);
+        });
+        // Finished sessions leave a resolved receiver behind; drop those now and then so the
+        // map holds only open sessions.
+        if sessions.len() > 4096 {
+            sessions
+                .retain(|_, rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        }
+    }
+    drop(tx);
+    let outcomes = collector.await.expect("collector task");
+    let first = outcomes
+        .iter()
+        .map(|o| o.start_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = outcomes
+        .iter()
+        .map(|o| o.start_s + o.e2e_s)
+        .fold(0.0, f64::max);
+    RunOutput {
+        wall_s: if outcomes.is_empty() {
+            0.0
+        } else {
+            last - first
+        },
+        outcomes,
+    }
+}
+
+async fn collect(
+    mut rx: mpsc::UnboundedReceiver<Outcome>,
+    sent: Arc<AtomicU64>,
+    run_start: Instant,
+    progress: bool,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.tick().await;
+    let mut window_start = 0usize;
+    let mut errors = 0u64;
+    let tty = std::io::stderr().is_terminal();
+    loop {
+        tokio::select! {
+            o = rx.recv() => match o {
+                Some(o) => {
+                    errors += u64::from(o.error.is_some());
+                    outcomes.push(o);
+                }
+                None => break,
+            },
+            _ = ticker.tick(), if progress => {
+                let window = &outcomes[window_start..];
+                window_start = outcomes.len();
+                let mut ttft: Vec<f64> = window.iter().filter_map(|o| o.ttft_s).map(|s| s * 1e3).collect();
+                ttft.sort_by(f64::total_cmp);
+                let tokens: u64 = window.iter().map(|o| o.output_tokens).sum();
+                let s = sent.load(Ordering::Relaxed);
+                let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
+                let line = format!(
+                    "[{:>4.0}s] sent {s} done {} err {errors} in-flight {} | last 1s: {} req/s {tokens} tok/s TTFT p50 {} p90 {} ms",
+                    run_start.elapsed().as_secs_f64(),
+                    outcomes.len(),
+                    s.saturating_sub(outcomes.len() as u64),
+                    window.len(),
+                    fmt(quantile(&ttft, 0.5)),
+                    fmt(quantile(&ttft, 0.9)),
+                );
+                let mut err = std::io::stderr().lock();
+                let _ = if tty { write!(err, "\r\x1b[2K{line}") } else { writeln!(err, "{line}") };
+            }
+        }
+    }
+    if progress && tty {
+        eprintln!();
+    }
+    outcomes
+}

@@ -1,0 +1,123 @@
+{{/* Names, labels and small shared snippets of the warmpath chart. */}}
+
+{{- define "warmpath.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* <release>-<chart>, or the release name alone when it already contains the chart name. */}}
+{{- define "warmpath.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "warmpath.router.fullname" -}}
+{{- printf "%s-router" (include "warmpath.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "warmpath.controller.fullname" -}}
+{{- printf "%s-controller" (include "warmpath.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "warmpath.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "warmpath.labels" -}}
+helm.sh/chart: {{ include "warmpath.chart" . }}
+app.kubernetes.io/name: {{ include "warmpath.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: warmpath
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels; the caller passes a dict: {ctx: ., component: router|controller}. */}}
+{{- define "warmpath.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "warmpath.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "warmpath.componentLabels" -}}
+{{ include "warmpath.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "warmpath.router.serviceAccountName" -}}
+{{- if .Values.router.serviceAccount.create }}
+{{- default (include "warmpath.router.fullname" .) .Values.router.serviceAccount.name }}
+{{- else }}
+{{- required "router.serviceAccount.name is required when router.serviceAccount.create is false" .Values.router.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "warmpath.controller.serviceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create }}
+{{- default (include "warmpath.controller.fullname" .) .Values.controller.serviceAccount.name }}
+{{- else }}
+{{- required "controller.serviceAccount.name is required when controller.serviceAccount.create is false" .Values.controller.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "warmpath.leaseName" -}}
+{{- default (include "warmpath.controller.fullname" .) .Values.controller.leaderElection.leaseName }}
+{{- end }}
+
+{{/* image: repository:tag, the tag defaulting to the chart's appVersion. Takes {image, ctx}. */}}
+{{- define "warmpath.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/* The router's configuration file: user config with listen/admin from router.ports. */}}
+{{- define "warmpath.router.config" -}}
+{{- $cfg := deepCopy (default (dict) .Values.router.config) }}
+{{- $_ := set $cfg "listen" (printf "0.0.0.0:%v" .Values.router.ports.http) }}
+{{- $_ := set $cfg "admin" (printf "0.0.0.0:%v" .Values.router.ports.admin) }}
+{{- if not (hasKey $cfg "pools") }}{{ $_ := set $cfg "pools" (list) }}{{ end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Namespaces the binaries watch, comma-separated (empty: all). */}}
+{{- define "warmpath.watchNamespaces" -}}
+{{- join "," .Values.rbac.watchNamespaces }}
+{{- end }}
+
+{{/* Namespaces whose Secrets the controller reads: secretNamespaces, or the release's. */}}
+{{- define "warmpath.secretNamespaces" -}}
+{{- if .Values.controller.secretNamespaces }}{{ toJson (uniq .Values.controller.secretNamespaces) }}{{ else }}{{ toJson (list .Release.Namespace) }}{{ end }}
+{{- end }}
+
+{{/* Pod anti-affinity preset merged with user affinity. Takes {ctx, component, preset, key, extra}. */}}
+{{- define "warmpath.affinity" -}}
+{{- $aff := deepCopy (default (dict) .extra) }}
+{{- $term := dict "labelSelector" (dict "matchLabels" (include "warmpath.selectorLabels" (dict "ctx" .ctx "component" .component) | fromYaml)) "topologyKey" .key }}
+{{- if eq .preset "soft" }}
+{{- $_ := set $aff "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- else if eq .preset "hard" }}
+{{- $_ := set $aff "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- end }}
+{{- if $aff }}
+affinity:
+  {{- toYaml $aff | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* PodDisruptionBudget spec body. Takes a pdb values map. */}}
+{{- define "warmpath.pdbBudget" -}}
+{{- if not (kindIs "invalid" .minAvailable) }}
+minAvailable: {{ .minAvailable }}
+{{- else }}
+maxUnavailable: {{ .maxUnavailable }}
+{{- end }}
+{{- end }}

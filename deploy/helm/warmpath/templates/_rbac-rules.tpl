@@ -1,0 +1,38 @@
+{{/*
+RBAC rules. The router only reads warmpath resources (no Pods, no Secrets); the controller is
+their single writer. Kept here so the ClusterRole and the per-namespace Roles cannot drift.
+*/}}
+{{- define "warmpath.router.rules" -}}
+- apiGroups: [warmpath.dev]
+  resources: [inferencepools, inferencereplicas, tenantpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [warmpath.dev]
+  resources: [inferencepools/status, inferencereplicas/status, tenantpolicies/status]
+  verbs: [get]
+{{- end }}
+
+{{- define "warmpath.controller.rules" -}}
+- apiGroups: [warmpath.dev]
+  resources: [inferencepools, tenantpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [warmpath.dev]
+  resources: [inferencereplicas]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [warmpath.dev]
+  resources: [inferencepools/status, inferencereplicas/status, tenantpolicies/status]
+  verbs: [get, update, patch]
+# Owner references with blockOwnerDeletion (InferenceReplica -> InferencePool) need this when
+# the OwnerReferencesPermissionEnforcement admission plugin is on.
+- apiGroups: [warmpath.dev]
+  resources: [inferencepools/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}

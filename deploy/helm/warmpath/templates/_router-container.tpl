@@ -1,0 +1,61 @@
+{{/* The router container, shared by the Deployment and the sidecar snippet. */}}
+{{- define "warmpath.router.container" -}}
+- name: router
+  image: {{ include "warmpath.image" (dict "image" .Values.router.image "ctx" .) }}
+  imagePullPolicy: {{ .Values.router.image.pullPolicy }}
+  args:
+    - --config
+    - /etc/warmpath/router.yaml
+    {{- range .Values.router.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: RUST_LOG
+      value: {{ .Values.router.logLevel | quote }}
+    - name: WARMPATH_WATCH_NAMESPACES
+      value: {{ include "warmpath.watchNamespaces" . | quote }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    {{- with .Values.router.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: http
+      containerPort: {{ .Values.router.ports.http }}
+      protocol: TCP
+    - name: admin
+      containerPort: {{ .Values.router.ports.admin }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: admin
+    periodSeconds: {{ .Values.router.probes.startup.periodSeconds }}
+    failureThreshold: {{ .Values.router.probes.startup.failureThreshold }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: admin
+    {{- toYaml .Values.router.probes.liveness | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: admin
+    {{- toYaml .Values.router.probes.readiness | nindent 4 }}
+  resources:
+    {{- toYaml .Values.router.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: warmpath-router-config
+      mountPath: /etc/warmpath
+      readOnly: true
+    - name: warmpath-tmp
+      mountPath: /tmp
+{{- end }}

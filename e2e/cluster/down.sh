@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Stops the test cluster started by up.sh (kube-apiserver, etcd, the owner watchdog) and wipes
+# its state (e2e/.cache/run). The built binaries in e2e/.cache/bin are kept.
+# Usage: down.sh   (--locked and --from-watchdog are for up.sh and its watchdog).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
+mkdir -p "$cache"
+cache="$(cd "$cache" && pwd)"
+run="$cache/run"
+
+locked=0 from_watchdog=0
+for a in "$@"; do
+  case "$a" in
+    --locked) locked=1 ;;
+    --from-watchdog) from_watchdog=1 ;;
+    *) echo "down.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+if [ "$locked" = 0 ]; then
+  exec 8>"$cache/up.lock"
+  flock 8
+fi
+
+stop() {
+  local pidfile="$run/$1.pid" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(cat "$pidfile")"
+  # Only signal the process if it still is what we started (pids get reused).
+  if kill -0 "$pid" 2>/dev/null && grep -qa -- "$2" "/proc/$pid/cmdline" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+}
+
+if [ "$from_watchdog" = 0 ]; then stop watchdog warmpath-e2e-watchdog; fi
+stop kube-apiserver kube-apiserver
+stop etcd etcd
+rm -rf "$run"
+echo "down.sh: test cluster stopped" >&2

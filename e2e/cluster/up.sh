@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Starts a real Kubernetes API server for tests: etcd and kube-apiserver as local processes on
+# loopback (as controller-runtime's envtest does), with RBAC authorization, service-account
+# token issuing (TokenRequest) and an admin kubeconfig. Builds the binaries first if needed
+# (build.sh). No kubelet, scheduler or controller-manager run: pods stay Pending, namespaces
+# are not emptied by a namespace controller and owner references are not garbage-collected.
+#
+# Idempotent: when the cluster already runs, it only prints the kubeconfig's path.
+# The LAST line of standard output is always the admin kubeconfig's absolute path.
+#
+# Environment:
+#   WARMPATH_CLUSTER_OWNER_PID  stop the cluster once this process (and every other owner that
+#                               reused the cluster) has exited; tests set it to their own pid.
+#                               Without it the cluster runs until e2e/cluster/down.sh.
+#   WARMPATH_E2E_CACHE          cache folder (default e2e/.cache); state lives in its run/.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
+mkdir -p "$cache"
+cache="$(cd "$cache" && pwd)"
+export WARMPATH_E2E_CACHE="$cache"
+bin="$cache/bin"
+run="$cache/run"
+kubeconfig="$run/kubeconfig"
+
+log() { echo "up.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+# A failed start keeps its logs (in e2e/.cache/logs/) and stops whatever it started.
+started=0
+on_exit() {
+  local rc=$?
+  if [ "$rc" != 0 ] && [ "$started" = 1 ]; then
+    cp -f "$run"/*.log "$cache/logs/" 2>/dev/null || true
+    "$here/down.sh" --locked >&2 || true
+    log "logs kept in $cache/logs/ (etcd.log, kube-apiserver.log)"
+  fi
+}
+trap on_exit EXIT
+
+command -v openssl >/dev/null || die "openssl is required (certificates and keys)"
+command -v flock >/dev/null || die "flock (util-linux) is required"
+
+# Exit status 3 tells callers (the Rust test helper) that the binaries cannot be built at all.
+"$here/build.sh" >&2 || exit 3
+
+mkdir -p "$run"
+exec 8>"$cache/up.lock"
+flock 8
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+ready() {
+  [ -f "$kubeconfig" ] && "$bin/kubectl" --kubeconfig "$kubeconfig" --request-timeout=3s \
+    get --raw /readyz >/dev/null 2>&1
+}
+
+add_owner() {
+  if [ -n "${WARMPATH_CLUSTER_OWNER_PID:-}" ]; then
+    echo "$WARMPATH_CLUSTER_OWNER_PID" >>"$run/owners"
+  fi
+}
+
+if alive "$run/etcd.pid" && alive "$run/kube-apiserver.pid" && ready; then
+  add_owner
+  echo "$kubeconfig"
+  exit 0
+fi
+
+# Anything left from a crashed run is stopped and wiped: tests always start from empty etcd.
+"$here/down.sh" --locked >&2
+
+mkdir -p "$run/pki" "$run/etcd-data"
+started=1
+start_time=$(date +%s)
+
+free_port() {
+  # Ask the kernel for a free loopback port; fall back to probing random high ports.
+  if command -v python3 >/dev/null; then
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+    return
+  fi
+  local p
+  while :; do
+    p=$(( 20000 + RANDOM % 30000 ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# --- keys and certificates -------------------------------------------------------------------
+pki="$run/pki"
+(
+  cd "$pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
+    -subj "/CN=warmpath-e2e-ca" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
+    -subj "/CN=kube-apiserver" >/dev/null 2>&1
+  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+    "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment" >apiserver.ext
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile apiserver.ext -out apiserver.crt >/dev/null 2>&1
+  # Signs and verifies service-account tokens (TokenRequest API).
+  openssl genrsa -out sa.key 2048 >/dev/null 2>&1
+  openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
+  # The admin authenticates with a static token in group system:masters.
+  openssl rand -hex 24 >admin.token
+  printf '%s,warmpath-e2e-admin,warmpath-e2e-admin,"system:masters"\n' "$(cat admin.token)" >tokens.csv
+  chmod 600 ./*.key admin.token tokens.csv
+) || die "generating keys with openssl failed"
+
+# --- etcd ------------------------------------------------------------------------------------
+etcd_port=$(free_port)
+etcd_peer_port=$(free_port)
+while [ "$etcd_peer_port" = "$etcd_port" ]; do etcd_peer_port=$(free_port); done
+setsid "$bin/etcd" \
+  --name warmpath-e2e \
+  --data-dir "$run/etcd-data" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" \
+  --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster "warmpath-e2e=http://127.0.0.1:$etcd_peer_port" \
+  --unsafe-no-fsync \
+  --log-level warn \
+  </dev/null >"$run/etcd.log" 2>&1 8>&- &
+echo $! >"$run/etcd.pid"
+
+# --- kube-apiserver --------------------------------------------------------------------------
+api_port=$(free_port)
+while [ "$api_port" = "$etcd_port" ] || [ "$api_port" = "$etcd_peer_port" ]; do api_port=$(free_port); done
+setsid "$bin/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$etcd_port" \
+  --bind-address 127.0.0.1 \
+  --advertise-address 127.0.0.1 \
+  --endpoint-reconciler-type none \
+  --secure-port "$api_port" \
+  --tls-cert-file "$pki/apiserver.crt" \
+  --tls-private-key-file "$pki/apiserver.key" \
+  --client-ca-file "$pki/ca.crt" \
+  --token-auth-file "$pki/tokens.csv" \
+  --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" \
+  --service-account-signing-key-file "$pki/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --allow-privileged=true \
+  --profiling=false \
+  --cert-dir "$run/apiserver-certs" \
+  </dev/null >"$run/kube-apiserver.log" 2>&1 8>&- &
+echo $! >"$run/kube-apiserver.pid"
+
+cat >"$kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: warmpath-e2e
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
+users:
+- name: warmpath-e2e-admin
+  user:
+    token: $(cat "$pki/admin.token")
+contexts:
+- name: warmpath-e2e
+  context:
+    cluster: warmpath-e2e
+    user: warmpath-e2e-admin
+current-context: warmpath-e2e
+EOF
+chmod 600 "$kubeconfig"
+
+deadline=$(( start_time + ${WARMPATH_CLUSTER_START_TIMEOUT:-60} ))
+until ready; do
+  if ! alive "$run/etcd.pid"; then tail -n 30 "$run/etcd.log" >&2; die "etcd exited; log: $run/etcd.log"; fi
+  if ! alive "$run/kube-apiserver.pid"; then
+    tail -n 30 "$run/kube-apiserver.log" >&2; die "kube-apiserver exited; log: $run/kube-apiserver.log"
+  fi
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    tail -n 30 "$run/kube-apiserver.log" >&2
+    die "kube-apiserver not ready within $(( deadline - start_time ))s"
+  fi
+  sleep 0.5
+done
+started=0
+log "cluster up in $(( $(date +%s) - start_time ))s: https://127.0.0.1:$api_port (etcd 127.0.0.1:$etcd_port)"
+
+if [ -n "${WARMPATH_CLUSTER_OWNER_PID:-}" ]; then
+  add_owner
+  # The watchdog stops the cluster once every owner has exited; it takes the lock before the
+  # last check so that an owner joining at that moment is not left without a cluster.
+  setsid bash -c '
+    run="$1"; here="$2"; cache="$3"
+    while :; do
+      sleep 1
+      any=0
+      while read -r pid; do kill -0 "$pid" 2>/dev/null && { any=1; break; }; done <"$run/owners"
+      [ "$any" = 1 ] && continue
+      exec 8>"$cache/up.lock"; flock 8
+      any=0
+      while read -r pid; do kill -0 "$pid" 2>/dev/null && { any=1; break; }; done <"$run/owners" 2>/dev/null
+      if [ "$any" = 0 ]; then "$here/down.sh" --locked --from-watchdog; exit 0; fi
+      flock -u 8
+    done' warmpath-e2e-watchdog "$run" "$here" "$cache" </dev/null >>"$cache/watchdog.log" 2>&1 8>&- &
+  echo $! >"$run/watchdog.pid"
+fi
+
+echo "$kubeconfig"

@@ -1,0 +1,652 @@
+//! The Helm chart rendered for a matrix of values and applied to the real test API server with
+//! server-side dry-run, `helm lint --strict`, the values schema, and the chart's CRD copy.
+
+use std::path::Path;
+use warmpath_e2e::{
+    list_yaml_files, repo_root, run, str_at, Chart, RenderedChart, TestCluster, TestNamespace,
+};
+
+const RELEASE: &str = "wp";
+
+/// One row of the values matrix: a name and `helm template` arguments.
+struct Case {
+    name: &'static str,
+    args: Vec<String>,
+}
+
+fn matrix(ns: &str) -> Vec<Case> {
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    vec![
+        Case {
+            name: "defaults",
+            args: vec![],
+        },
+        Case {
+            name: "ha",
+            args: s(&[
+                "--set",
+                "router.replicas=5",
+                "--set",
+                "controller.replicas=3",
+                "--set",
+                "router.podAntiAffinity=hard",
+                "--set",
+                "router.pdb.minAvailable=3",
+                "--set",
+                "controller.pdb.minAvailable=2",
+            ]),
+        },
+        Case {
+            name: "sidecar",
+            args: vec![
+                "--set".into(),
+                "router.mode=sidecar".into(),
+                "--set".into(),
+                format!("router.sidecar.serviceAccounts[0].namespace={ns}"),
+                "--set".into(),
+                "router.sidecar.serviceAccounts[0].name=vllm".into(),
+            ],
+        },
+        Case {
+            name: "monitoring-on",
+            args: s(&[
+                "--set",
+                "monitoring.serviceMonitor.enabled=true",
+                "--set",
+                "monitoring.serviceMonitor.labels.release=prometheus",
+                "--set",
+                "monitoring.grafanaDashboard.enabled=true",
+            ]),
+        },
+        Case {
+            name: "monitoring-off",
+            args: s(&[
+                "--set",
+                "monitoring.serviceMonitor.enabled=false",
+                "--set",
+                "monitoring.grafanaDashboard.enabled=false",
+            ]),
+        },
+        Case {
+            name: "namespaced-rbac",
+            args: vec![
+                "--set".into(),
+                format!("rbac.watchNamespaces[0]={ns}"),
+                "--set".into(),
+                format!("controller.secretNamespaces[0]={ns}"),
+                "--set".into(),
+                "crds.install=false".into(),
+            ],
+        },
+    ]
+}
+
+fn int_at(v: &serde_yaml::Value, path: &[&str]) -> Option<i64> {
+    let mut cur = v;
+    for key in path {
+        cur = cur.get(*key)?;
+    }
+    cur.as_i64()
+}
+
+/// What every rendered variant must satisfy, whatever the values.
+fn check_common(case: &str, out: &RenderedChart) {
+    for deploy in out.of_kind("Deployment") {
+        let name = str_at(deploy, &["metadata", "name"]);
+        let pod = &deploy["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"]["runAsNonRoot"].as_bool(),
+            Some(true),
+            "{case}: {name} pod runAsNonRoot"
+        );
+        assert_eq!(
+            int_at(pod, &["securityContext", "runAsUser"]),
+            Some(65532),
+            "{case}: {name} runAsUser"
+        );
+        let containers = pod["containers"].as_sequence().expect("containers");
+        for c in containers {
+            let sc = &c["securityContext"];
+            assert_eq!(
+                sc["readOnlyRootFilesystem"].as_bool(),
+                Some(true),
+                "{case}: {name} read-only root"
+            );
+            assert_eq!(
+                sc["allowPrivilegeEscalation"].as_bool(),
+                Some(false),
+                "{case}: {name} no escalation"
+            );
+            assert_eq!(
+                sc["capabilities"]["drop"][0].as_str(),
+                Some("ALL"),
+                "{case}: {name} drops capabilities"
+            );
+            assert!(
+                c["resources"]["requests"].is_mapping(),
+                "{case}: {name} has resource requests"
+            );
+            assert!(
+                c["livenessProbe"].is_mapping() && c["readinessProbe"].is_mapping(),
+                "{case}: {name} probes"
+            );
+        }
+    }
+    for obj in &out.objects {
+        let kind = str_at(obj, &["kind"]);
+        let cluster_scoped = matches!(
+            kind,
+            "ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition"
+        );
+        if !cluster_scoped {
+            assert!(
+                !str_at(obj, &["metadata", "namespace"]).is_empty(),
+                "{case}: {kind} has a namespace"
+            );
+        }
+    }
+}
+
+fn check_case(case: &str, ns: &str, out: &RenderedChart) {
+    check_common(case, out);
+    let router = "wp-warmpath-router";
+    let controller = "wp-warmpath-controller";
+    let names = out.kinds_and_names();
+    match case {
+        "defaults" | "monitoring-off" => {
+            let d = out.find("Deployment", router).expect("router Deployment");
+            assert_eq!(int_at(d, &["spec", "replicas"]), Some(2));
+            let c = out
+                .find("Deployment", controller)
+                .expect("controller Deployment");
+            assert_eq!(int_at(c, &["spec", "replicas"]), Some(2));
+            for kind in ["Service", "ServiceAccount", "PodDisruptionBudget"] {
+                assert!(
+                    out.find(kind, router).is_some(),
+                    "{case}: router {kind} in {names:?}"
+                );
+                assert!(
+                    out.find(kind, controller).is_some(),
+                    "{case}: controller {kind} in {names:?}"
+                );
+            }
+            assert!(
+                out.find("ClusterRole", &format!("{ns}-{router}")).is_some(),
+                "{names:?}"
+            );
+            assert!(
+                out.find("ClusterRole", &format!("{ns}-{controller}"))
+                    .is_some(),
+                "{names:?}"
+            );
+            assert!(
+                out.find("Role", &format!("{controller}-leader-election"))
+                    .is_some(),
+                "{names:?}"
+            );
+            assert_eq!(
+                out.of_kind("CustomResourceDefinition").count(),
+                3,
+                "{case}: CRDs in {names:?}"
+            );
+            assert_eq!(out.of_kind("ServiceMonitor").count(), 0, "{case}");
+            assert!(
+                out.find("ConfigMap", "wp-warmpath-dashboard").is_none(),
+                "{case}"
+            );
+            // Soft anti-affinity by default.
+            assert!(d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+                ["preferredDuringSchedulingIgnoredDuringExecution"]
+                .is_sequence());
+            // CRDs are kept on uninstall.
+            for crd in out.of_kind("CustomResourceDefinition") {
+                assert_eq!(
+                    str_at(crd, &["metadata", "annotations", "helm.sh/resource-policy"]),
+                    "keep"
+                );
+            }
+        }
+        "ha" => {
+            let d = out.find("Deployment", router).expect("router Deployment");
+            assert_eq!(int_at(d, &["spec", "replicas"]), Some(5));
+            assert!(
+                d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+                    ["requiredDuringSchedulingIgnoredDuringExecution"]
+                    .is_sequence(),
+                "hard anti-affinity"
+            );
+            // A surge pod would find no free node under hard anti-affinity.
+            assert_eq!(
+                int_at(d, &["spec", "strategy", "rollingUpdate", "maxSurge"]),
+                Some(0)
+            );
+            let pdb = out.find("PodDisruptionBudget", router).expect("router PDB");
+            assert_eq!(int_at(pdb, &["spec", "minAvailable"]), Some(3));
+            assert!(
+                pdb["spec"].get("maxUnavailable").is_none(),
+                "minAvailable replaces maxUnavailable"
+            );
+            let c = out
+                .find("Deployment", controller)
+                .expect("controller Deployment");
+            assert_eq!(int_at(c, &["spec", "replicas"]), Some(3));
+        }
+        "sidecar" => {
+            assert!(
+                out.find("Deployment", router).is_none(),
+                "no router Deployment in sidecar mode"
+            );
+            assert!(out.find("Service", router).is_none());
+            assert!(out.find("PodDisruptionBudget", router).is_none());
+            assert!(out.find("Deployment", controller).is_some());
+            let snippet = out
+                .find("ConfigMap", "wp-warmpath-router-sidecar")
+                .expect("sidecar snippet");
+            let containers: serde_yaml::Value =
+                serde_yaml::from_str(str_at(snippet, &["data", "containers.yaml"]))
+                    .expect("containers.yaml is YAML");
+            assert_eq!(containers[0]["name"].as_str(), Some("router"));
+            let binding = out
+                .find("ClusterRoleBinding", &format!("{ns}-{router}"))
+                .expect("router binding");
+            assert_eq!(str_at(&binding["subjects"][0], &["name"]), "vllm");
+            assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
+        }
+        "monitoring-on" => {
+            assert_eq!(out.of_kind("ServiceMonitor").count(), 2, "{names:?}");
+            for sm in out.of_kind("ServiceMonitor") {
+                assert_eq!(str_at(sm, &["metadata", "labels", "release"]), "prometheus");
+            }
+            let dash = out
+                .find("ConfigMap", "wp-warmpath-dashboard")
+                .expect("dashboard ConfigMap");
+            let json: serde_json::Value =
+                serde_json::from_str(str_at(dash, &["data", "warmpath.json"]))
+                    .expect("dashboard is JSON");
+            assert!(json["panels"].as_array().is_some_and(|p| !p.is_empty()));
+            assert_eq!(
+                str_at(dash, &["metadata", "labels", "grafana_dashboard"]),
+                "1"
+            );
+        }
+        "namespaced-rbac" => {
+            assert_eq!(
+                out.of_kind("ClusterRole").count(),
+                0,
+                "nothing cluster-wide: {names:?}"
+            );
+            assert_eq!(out.of_kind("ClusterRoleBinding").count(), 0, "{names:?}");
+            assert_eq!(
+                out.of_kind("CustomResourceDefinition").count(),
+                0,
+                "crds.install=false"
+            );
+            assert!(out.find("Role", router).is_some(), "{names:?}");
+            assert!(out.find("Role", controller).is_some(), "{names:?}");
+        }
+        other => panic!("no checks for case {other}"),
+    }
+}
+
+#[tokio::test]
+async fn values_matrix_renders_and_applies_with_server_side_dry_run() {
+    let Some(ns) = TestNamespace::create("chart-matrix").await else {
+        return;
+    };
+    let cluster = ns.cluster();
+    let chart = Chart::prepare(ns.scratch_dir()).expect("chart copy");
+    if chart.uses_stand_in_crds() {
+        eprintln!(
+            "note: the repository has no generated CRDs yet; rendering e2e/fixtures/crds stand-ins"
+        );
+    }
+    // ServiceMonitors need prometheus-operator's CRD; a minimal copy is installed (shared by
+    // all tests, never deleted: cluster-scoped and identical every time).
+    run(
+        cluster
+            .kubectl()
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager=warmpath-e2e",
+                "-f",
+            ])
+            .arg(
+                repo_root()
+                    .join("e2e/fixtures/monitoring/servicemonitors.monitoring.coreos.com.yaml"),
+            ),
+        None,
+    )
+    .expect("ServiceMonitor CRD");
+    run(
+        cluster.kubectl().args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ]),
+        None,
+    )
+    .expect("ServiceMonitor CRD established");
+
+    for case in matrix(ns.name()) {
+        let args: Vec<&str> = case.args.iter().map(String::as_str).collect();
+        let out = chart
+            .template(cluster, RELEASE, ns.name(), &args)
+            .unwrap_or_else(|e| panic!("{}: helm template: {e}", case.name));
+        check_case(case.name, ns.name(), &out);
+        // The CRD template parses and re-serializes the files: numbers must stay as written.
+        if chart.uses_stand_in_crds() && case.name == "defaults" {
+            assert_eq!(
+                out.text.matches("maximum: 4294967295").count(),
+                3,
+                "big integers survive the CRD template"
+            );
+        }
+        assert!(
+            !out.text.contains("e+0"),
+            "{}: no number turned into float notation",
+            case.name
+        );
+        let applied = run(
+            cluster.kubectl().args([
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--field-manager=warmpath-e2e",
+                "-n",
+                ns.name(),
+                "-f",
+                "-",
+            ]),
+            Some(out.text.as_bytes()),
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: server-side dry-run apply: {e}\n--- manifest ---\n{}",
+                case.name, out.text
+            )
+        });
+        let applied = String::from_utf8_lossy(&applied.stdout);
+        // kubectl prints one line per object: the API server accepted every one.
+        assert_eq!(
+            applied
+                .lines()
+                .filter(|l| l.contains("(server dry run)"))
+                .count(),
+            out.objects.len(),
+            "{}: every object accepted by the API server:\n{applied}",
+            case.name
+        );
+    }
+    ns.finish();
+}
+
+#[tokio::test]
+async fn helm_lint_strict_is_clean() {
+    let Some(cluster) = TestCluster::get_or_skip("helm_lint_strict_is_clean") else {
+        return;
+    };
+    let chart = Chart::source_dir();
+    let variants: [&[&str]; 4] = [
+        &[],
+        &["--set", "router.mode=sidecar"],
+        &[
+            "--set",
+            "monitoring.serviceMonitor.enabled=true",
+            "--set",
+            "monitoring.grafanaDashboard.enabled=true",
+        ],
+        &[
+            "--set",
+            "rbac.watchNamespaces[0]=ml",
+            "--set",
+            "crds.install=false",
+        ],
+    ];
+    for args in variants {
+        let out = run(
+            cluster
+                .helm()
+                .arg("lint")
+                .arg("--strict")
+                .arg(&chart)
+                .args(args),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("helm lint --strict {args:?}: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("0 chart(s) failed"), "{args:?}: {text}");
+        assert!(
+            !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_values_fail_with_a_clear_message() {
+    let Some(ns) = TestNamespace::create("bad-values").await else {
+        return;
+    };
+    let cluster = ns.cluster();
+    let chart = Chart::source_dir();
+    // (values, what the error must name)
+    let cases: [(&[&str], &str); 6] = [
+        (&["--set", "router.replicas=0"], "replicas"),
+        (&["--set", "router.mode=daemonset"], "mode"),
+        (&["--set", "router.replicaz=3"], "replicaz"),
+        (&["--set-string", "controller.replicas=two"], "replicas"),
+        (&["--set", "router.ports.http=70000"], "http"),
+        (
+            &["--set", "rbac.watchNamespaces[0]=Not_A_Namespace"],
+            "watchNamespaces",
+        ),
+    ];
+    for (args, field) in cases {
+        let mut cmd = cluster.helm();
+        cmd.args(["install", "wp"])
+            .arg(&chart)
+            .args(["-n", ns.name()])
+            .args(args);
+        let err = run(&mut cmd, None).expect_err(&format!("{args:?} must be rejected"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("schema") && msg.contains(field),
+            "{args:?}: error must name `{field}`: {msg}"
+        );
+    }
+    // Nothing was installed by the rejected attempts.
+    let out = run(cluster.helm().args(["list", "-q", "-n", ns.name()]), None).expect("helm list");
+    assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    ns.finish();
+}
+
+/// The chart carries a copy of the repository's generated CRDs (Helm reads no file outside
+/// the chart); run deploy/helm/sync-crds.sh when this fails.
+#[test]
+fn chart_crds_match_repository() {
+    let repo = list_yaml_files(&repo_root().join("crds")).expect("crds/");
+    let chart =
+        list_yaml_files(&Chart::source_dir().join("files/crds")).expect("chart files/crds/");
+    let names = |v: &[std::path::PathBuf]| {
+        v.iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&chart),
+        names(&repo),
+        "chart files/crds/ and crds/ hold different files: run deploy/helm/sync-crds.sh"
+    );
+    for path in &repo {
+        let copy = Chart::source_dir()
+            .join("files/crds")
+            .join(path.file_name().unwrap());
+        assert_eq!(
+            read(path),
+            read(&copy),
+            "{} differs from its chart copy: run deploy/helm/sync-crds.sh",
+            path.display()
+        );
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Every warmpath metric the Grafana dashboard queries is one the router registers (names in
+/// router/src are registered under the `warmpath` prefix; counters gain `_total`, histograms
+/// `_bucket`).
+#[test]
+fn dashboard_queries_metrics_the_router_exports() {
+    let dashboard = read(&Chart::source_dir().join("files/dashboards/warmpath.json"));
+    let json: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
+    let mut router_src = String::new();
+    collect_sources(&repo_root().join("router/src"), &mut router_src);
+    assert!(
+        router_src.contains("with_prefix(\"warmpath\")"),
+        "the router registers its metrics under `warmpath`"
+    );
+    let mut checked = 0;
+    for panel in json["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            for metric in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("warmpath_"))
+            {
+                let base = metric.trim_start_matches("warmpath_");
+                let base = base
+                    .strip_suffix("_total")
+                    .or_else(|| base.strip_suffix("_bucket"))
+                    .unwrap_or(base);
+                assert!(
+                    router_src.contains(&format!("\"{base}\"")),
+                    "dashboard panel {:?} queries {metric}, which the router does not register",
+                    panel["title"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "the dashboard queries warmpath metrics ({checked} found)"
+    );
+}
+
+fn collect_sources(dir: &Path, out: &mut String) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            collect_sources(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push_str(&read(&path));
+        }
+    }
+}
+
+/// The configuration file the chart renders is one the router accepts (parsed and validated
+/// by the router's own code), with `listen` and `admin` on the ports the Pod exposes.
+#[tokio::test]
+async fn router_accepts_the_config_the_chart_renders() {
+    let Some(cluster) = TestCluster::get_or_skip("router_accepts_the_config_the_chart_renders")
+    else {
+        return;
+    };
+    let dir =
+        std::env::temp_dir().join(format!("warmpath-e2e-router-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let values = dir.join("values.yaml");
+    std::fs::write(
+        &values,
+        "router:\n  ports: {http: 8000, admin: 9000}\n  config:\n    pools:\n      - name: llama\n        models: [llama]\n        replicas:\n          - {name: llama-0, url: \"http://10.0.0.1:8000\"}\n",
+    )
+    .expect("values");
+    let chart = Chart::prepare(&dir).expect("chart copy");
+    let out = chart
+        .template(
+            cluster,
+            RELEASE,
+            "default",
+            &["-f", values.to_str().unwrap()],
+        )
+        .expect("helm template");
+    std::fs::remove_dir_all(&dir).ok();
+    let cm = out
+        .find("ConfigMap", "wp-warmpath-router")
+        .expect("router ConfigMap");
+    let text = str_at(cm, &["data", "router.yaml"]);
+    let config = warmpath_router::config::Config::parse(text)
+        .unwrap_or_else(|e| panic!("router rejects the chart's config: {e}\n{text}"));
+    assert_eq!(config.listen.to_string(), "0.0.0.0:8000");
+    assert_eq!(config.admin.to_string(), "0.0.0.0:9000");
+    assert_eq!(config.pools.len(), 1);
+    let deploy = out
+        .find("Deployment", "wp-warmpath-router")
+        .expect("router Deployment");
+    let ports = &deploy["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert_eq!(ports[0]["containerPort"].as_u64(), Some(8000));
+    assert_eq!(ports[1]["containerPort"].as_u64(), Some(9000));
+}
+
+/// The kind flow's own manifests (e2e/kind/: the simulated model servers and the chart values
+/// pointing the router at them) are accepted by a real API server and by the router, though
+/// the kind scripts themselves need Docker and do not run here.
+#[tokio::test]
+async fn kind_manifests_are_valid() {
+    let Some(ns) = TestNamespace::create("kind-manifests").await else {
+        return;
+    };
+    let cluster = ns.cluster();
+    let kind = repo_root().join("e2e/kind");
+    run(
+        cluster
+            .kubectl()
+            .args([
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-n",
+                ns.name(),
+                "-f",
+            ])
+            .arg(kind.join("sim.yaml")),
+        None,
+    )
+    .expect("sim.yaml accepted");
+    let chart = Chart::prepare(ns.scratch_dir()).expect("chart copy");
+    let values = kind.join("values-kind.yaml");
+    let out = chart
+        .template(
+            cluster,
+            RELEASE,
+            ns.name(),
+            &["-f", values.to_str().unwrap()],
+        )
+        .expect("helm template with values-kind.yaml");
+    let cm = out
+        .find("ConfigMap", "wp-warmpath-router")
+        .expect("router ConfigMap");
+    let text = str_at(cm, &["data", "router.yaml"]);
+    let config = warmpath_router::config::Config::parse(text)
+        .unwrap_or_else(|e| panic!("router rejects the kind config: {e}\n{text}"));
+    assert_eq!(config.pools[0].replicas.len(), 2);
+    run(
+        cluster.kubectl().args([
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=warmpath-e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            "-",
+        ]),
+        Some(out.text.as_bytes()),
+    )
+    .expect("chart with values-kind.yaml accepted");
+    ns.finish();
+}

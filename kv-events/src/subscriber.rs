@@ -1,0 +1,55 @@
+//! A ZMQ SUB socket for KV events (feature `zmq`).
+//!
+//! vLLM's publisher connects to a non-wildcard endpoint, so the subscriber binds it; one
+//! subscriber can receive from many engines, telling them apart by topic.
+
+use zeromq::{Socket, SocketRecv, SubSocket};
+
+use crate::frames::{decode_message, KvMessage};
+use crate::DecodeError;
+
+/// Why receiving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscribeError {
+    #[error("zmq: {0}")]
+    Zmq(#[from] zeromq::ZmqError),
+    #[error("decode: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// A bound SUB socket that yields decoded messages.
+pub struct KvEventSubscriber {
+    socket: SubSocket,
+    endpoint: String,
+}
+
+impl KvEventSubscriber {
+    /// Binds `endpoint` (e.g. `tcp://127.0.0.1:5557`, port 0 picks one) and subscribes to
+    /// topics starting with `topic_prefix` ("" for all).
+    pub async fn bind(endpoint: &str, topic_prefix: &str) -> Result<Self, SubscribeError> {
+        let mut socket = SubSocket::new();
+        let bound = socket.bind(endpoint).await?;
+        socket.subscribe(topic_prefix).await?;
+        Ok(Self {
+            socket,
+            endpoint: bound.to_string(),
+        })
+    }
+
+    /// The endpoint actually bound (with the port resolved).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The raw frames of the next message.
+    pub async fn recv_frames(&mut self) -> Result<Vec<bytes::Bytes>, SubscribeError> {
+        Ok(self.socket.recv().await?.into_vec())
+    }
+
+    /// The next message, decoded. A message that does not decode is an error for that message
+    /// only; the socket stays usable.
+    pub async fn recv(&mut self) -> Result<KvMessage, SubscribeError> {
+        let frames = self.recv_frames().await?;
+        Ok(decode_message(&frames)?)
+    }
+}

@@ -1,0 +1,504 @@
+//! The static configuration file (`warmpath-router --config FILE`): its YAML types, defaults and
+//! validation.
+//!
+//! Every error names the field (as a path like `pools[1].replicas[0].url`) and the line where it
+//! appears, whether serde rejected it (unknown field, wrong type) or validation did (bad URL,
+//! duplicate name), because a router that refuses to start should say exactly why.
+
+mod locate;
+
+use crate::errors::ConfigError;
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use warmpath_routing::predict::TtftPrior;
+use warmpath_routing::scheduler::SchedulerConfig;
+
+pub use locate::FieldPath;
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where clients send OpenAI API requests.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[serde(default = "default_admin")]
+    pub admin: SocketAddr,
+    pub pools: Vec<PoolConfig>,
+    #[serde(default)]
+    pub scheduling: SchedulerConfig,
+    #[serde(default)]
+    pub predictor: PredictorConfig,
+    #[serde(default)]
+    pub index: IndexConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub timeouts: TimeoutsConfig,
+    #[serde(default)]
+    pub scrape: ScrapeConfig,
+    #[serde(default)]
+    pub health: HealthConfig,
+    #[serde(default)]
+    pub response_headers: ResponseHeadersConfig,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_admin() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9090))
+}
+
+/// Replicas that serve the same models the same way.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    pub name: String,
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub role: Role,
+    #[serde(default)]
+    pub engine: Engine,
+    /// Path of the engine's Prometheus endpoint; `null` turns scraping off for this pool (its
+    /// replicas are then ready unless passive health checks eject them).
+    #[serde(default = "default_metrics_path")]
+    pub metrics_path: Option<String>,
+    pub replicas: Vec<ReplicaConfig>,
+}
+
+fn default_metrics_path() -> Option<String> {
+    Some("/metrics".to_owned())
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaConfig {
+    /// Unique across the file: the replica's identity in metrics, headers and the prefix index.
+    pub name: String,
+    /// `http://host:port` of the engine's OpenAI-compatible server.
+    pub url: String,
+}
+
+/// What a pool does in a prefill/decode split. Only `both` and `decode` pools answer requests
+/// today; `prefill` pools are accepted so configurations written for the P/D split stay valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Prefill,
+    Decode,
+    #[default]
+    Both,
+}
+
+/// Which metric names the scraper reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    #[default]
+    Vllm,
+    Sglang,
+}
+
+/// Starting beliefs of the per-replica TTFT model, before it has observed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PredictorConfig {
+    pub base_s: f64,
+    pub per_token_s: f64,
+    pub per_queued_s: f64,
+}
+
+impl Default for PredictorConfig {
+    fn default() -> Self {
+        let p = TtftPrior::default();
+        Self {
+            base_s: p.base_s,
+            per_token_s: p.per_token_s,
+            per_queued_s: p.per_queued_s,
+        }
+    }
+}
+
+impl PredictorConfig {
+    pub fn prior(&self) -> TtftPrior {
+        TtftPrior {
+            base_s: self.base_s,
+            per_token_s: self.per_token_s,
+            per_queued_s: self.per_queued_s,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexConfig {
+    /// Bytes of canonical prompt per hashed block (about 4 bytes per engine token).
+    pub block_bytes: usize,
+    /// Memory bound of the approximate prefix index per replica.
+    pub max_bytes_per_replica: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self {
+            block_bytes: 256,
+            max_bytes_per_replica: 8 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body accepted; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Output tokens assumed for load accounting when a request does not set `max_tokens`.
+    pub default_max_tokens: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 16 << 20,
+            default_max_tokens: 256,
+        }
+    }
+}
+
+/// Timeouts, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// Opening a TCP connection to a replica (then 502 and the replica is ejected for a while).
+    pub connect_ms: u64,
+    /// From sending the request to the replica's response headers (then 504). Non-streaming
+    /// engines send headers only when generation ends, so this bounds whole non-streamed requests.
+    pub header_ms: u64,
+    /// Longest silence between two chunks of a replica's response body (then the stream is cut).
+    pub idle_ms: u64,
+    /// Reading a client's request head and body (then 408).
+    pub client_ms: u64,
+    /// Keep-alive of idle pooled upstream connections.
+    pub pool_idle_ms: u64,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        Self {
+            connect_ms: 1_000,
+            header_ms: 300_000,
+            idle_ms: 60_000,
+            client_ms: 30_000,
+            pool_idle_ms: 90_000,
+        }
+    }
+}
+
+impl TimeoutsConfig {
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    pub fn header(&self) -> Duration {
+        Duration::from_millis(self.header_ms)
+    }
+    pub fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
+    }
+    pub fn client(&self) -> Duration {
+        Duration::from_millis(self.client_ms)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScrapeConfig {
+    /// How often each replica's metrics are read (50–100 ms keeps load signals fresh).
+    pub interval_ms: u64,
+    /// A scrape that takes longer fails.
+    pub timeout_ms: u64,
+    /// Metrics older than this are unknown to the scheduler, not zero.
+    pub stale_after_ms: u64,
+    /// Consecutive failed scrapes (other than refused connections, which count at once) after
+    /// which a replica is not ready.
+    pub failures_before_unready: u32,
+}
+
+impl Default for ScrapeConfig {
+    fn default() -> Self {
+        Self {
+            interval_ms: 75,
+            timeout_ms: 500,
+            stale_after_ms: 300,
+            failures_before_unready: 3,
+        }
+    }
+}
+
+/// Passive health checking: a replica that refuses connections is ejected for a backoff that
+/// doubles on each consecutive failure.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    pub eject_base_ms: u64,
+    pub eject_max_ms: u64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            eject_base_ms: 1_000,
+            eject_max_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResponseHeadersConfig {
+    /// Add `x-warmpath-replica: <name>` to proxied responses.
+    pub replica: bool,
+    /// Add `x-warmpath-decision` (policy reason, matched blocks, predicted TTFT) for debugging.
+    pub decision: bool,
+}
+
+impl Default for ResponseHeadersConfig {
+    fn default() -> Self {
+        Self {
+            replica: true,
+            decision: false,
+        }
+    }
+}
+
+impl Config {
+    /// Read and validate a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text).map_err(|mut e| {
+            e.file = path.display().to_string();
+            e
+        })
+    }
+
+    /// Parse and validate configuration text (the error's `file` is left empty).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
+        config.validate().map_err(|(path, message)| ConfigError {
+            file: String::new(),
+            line: locate::line_of(text, &path),
+            field: path.to_string(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Semantic checks serde cannot express; the error names the offending field.
+    fn validate(&self) -> Result<(), (FieldPath, String)> {
+        let root = FieldPath::root();
+        // Port 0 (tests) lets the OS pick distinct ports.
+        if self.listen == self.admin && self.listen.port() != 0 {
+            return Err((root.key("admin"), "must differ from `listen`".to_owned()));
+        }
+        // An empty pool list is valid: the Helm chart's default has none until pools are
+        // configured (or, later, discovered from InferencePools). The router then answers 404 for
+        // every model and stays not-ready, instead of crash-looping.
+        let mut pool_names = HashSet::new();
+        let mut replica_names = HashSet::new();
+        for (p, pool) in self.pools.iter().enumerate() {
+            let pp = root.key("pools").index(p);
+            if pool.name.trim().is_empty() {
+                return Err((pp.key("name"), "must not be empty".to_owned()));
+            }
+            if !pool_names.insert(pool.name.as_str()) {
+                return Err((
+                    pp.key("name"),
+                    format!("duplicate pool name `{}`", pool.name),
+                ));
+            }
+            if pool.models.is_empty() {
+                return Err((
+                    pp.key("models"),
+                    "at least one model is required".to_owned(),
+                ));
+            }
+            for (m, model) in pool.models.iter().enumerate() {
+                if model.trim().is_empty() {
+                    return Err((pp.key("models").index(m), "must not be empty".to_owned()));
+                }
+            }
+            if let Some(path) = &pool.metrics_path {
+                if !path.starts_with('/') {
+                    return Err((pp.key("metrics_path"), "must start with `/`".to_owned()));
+                }
+            }
+            if pool.replicas.is_empty() {
+                return Err((
+                    pp.key("replicas"),
+                    "at least one replica is required".to_owned(),
+                ));
+            }
+            for (r, replica) in pool.replicas.iter().enumerate() {
+                let rp = pp.key("replicas").index(r);
+                if replica.name.trim().is_empty() {
+                    return Err((rp.key("name"), "must not be empty".to_owned()));
+                }
+                if !replica_names.insert(replica.name.as_str()) {
+                    return Err((
+                        rp.key("name"),
+                        format!(
+                            "duplicate replica name `{}` (names are unique across pools)",
+                            replica.name
+                        ),
+                    ));
+                }
+                if let Err(msg) = parse_base_url(&replica.url) {
+                    return Err((rp.key("url"), msg));
+                }
+            }
+        }
+        let s = &self.scheduling;
+        let w = &s.weights;
+        for (name, v) in [
+            ("prefix", w.prefix),
+            ("load", w.load),
+            ("queue", w.queue),
+            ("kv_cache", w.kv_cache),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err((
+                    root.key("scheduling").key("weights").key(name),
+                    "must be a finite number >= 0".to_owned(),
+                ));
+            }
+        }
+        for (name, v) in [
+            ("max_wait_s", s.hotspot.max_wait_s),
+            ("spill_factor", s.hotspot.spill_factor),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err((
+                    root.key("scheduling").key("hotspot").key(name),
+                    "must be a finite number > 0".to_owned(),
+                ));
+            }
+        }
+        let pr = &self.predictor;
+        for (name, v) in [
+            ("base_s", pr.base_s),
+            ("per_token_s", pr.per_token_s),
+            ("per_queued_s", pr.per_queued_s),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err((
+                    root.key("predictor").key(name),
+                    "must be a finite number >= 0".to_owned(),
+                ));
+            }
+        }
+        if !(16..=1 << 20).contains(&self.index.block_bytes) {
+            return Err((
+                root.key("index").key("block_bytes"),
+                "must be between 16 and 1048576".to_owned(),
+            ));
+        }
+        if self.index.max_bytes_per_replica < 4096 {
+            return Err((
+                root.key("index").key("max_bytes_per_replica"),
+                "must be at least 4096".to_owned(),
+            ));
+        }
+        if self.limits.max_body_bytes < 1024 {
+            return Err((
+                root.key("limits").key("max_body_bytes"),
+                "must be at least 1024".to_owned(),
+            ));
+        }
+        let t = &self.timeouts;
+        for (name, v) in [
+            ("connect_ms", t.connect_ms),
+            ("header_ms", t.header_ms),
+            ("idle_ms", t.idle_ms),
+            ("client_ms", t.client_ms),
+            ("pool_idle_ms", t.pool_idle_ms),
+        ] {
+            if v == 0 {
+                return Err((root.key("timeouts").key(name), "must be > 0".to_owned()));
+            }
+        }
+        let sc = &self.scrape;
+        if !(10..=60_000).contains(&sc.interval_ms) {
+            return Err((
+                root.key("scrape").key("interval_ms"),
+                "must be between 10 and 60000".to_owned(),
+            ));
+        }
+        if sc.timeout_ms == 0 {
+            return Err((
+                root.key("scrape").key("timeout_ms"),
+                "must be > 0".to_owned(),
+            ));
+        }
+        if sc.stale_after_ms <= sc.interval_ms {
+            return Err((
+                root.key("scrape").key("stale_after_ms"),
+                "must be greater than `scrape.interval_ms`".to_owned(),
+            ));
+        }
+        if sc.failures_before_unready == 0 {
+            return Err((
+                root.key("scrape").key("failures_before_unready"),
+                "must be >= 1".to_owned(),
+            ));
+        }
+        let h = &self.health;
+        if h.eject_base_ms == 0 || h.eject_max_ms < h.eject_base_ms {
+            return Err((
+                root.key("health").key("eject_max_ms"),
+                "needs 0 < eject_base_ms <= eject_max_ms".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A replica URL reduced to what the proxy needs: `http://host:port` with no path.
+pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(format!(
+                "`{url}`: scheme `{other}` is not supported (use http://)"
+            ))
+        }
+        None => return Err(format!("`{url}`: missing scheme (use http://host:port)")),
+    }
+    let authority = uri
+        .authority()
+        .cloned()
+        .ok_or_else(|| format!("`{url}`: missing host"))?;
+    if authority.host().is_empty() {
+        return Err(format!("`{url}`: missing host"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "`{url}`: must have no path or query (the request path is appended)"
+        ));
+    }
+    Ok(authority)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! The router's errors: what a client sees (OpenAI-shaped JSON with the right status) and what
+//! an operator sees (configuration errors naming file, line and field; startup failures).
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use std::fmt;
+
+/// The response body type every handler returns (proxied streams and local answers alike).
+pub type RespBody = UnsyncBoxBody<Bytes, BodyError>;
+
+/// An error surfaced while streaming a body (upstream failed or went idle mid-stream).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A local answer with a fixed body.
+pub fn full_body(bytes: impl Into<Bytes>) -> RespBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// An error answered to an API client, in OpenAI's shape:
+/// `{"error": {"message": ..., "type": ..., "code": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub message: String,
+    /// Seconds, for 429 and 503.
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message,
+            retry_after: None,
+        }
+    }
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            code,
+            message.into(),
+        )
+    }
+    pub fn unknown_model(model: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!("The model `{model}` does not exist or is not served by this router."),
+        )
+    }
+    pub fn not_found(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "unknown_url",
+            format!("Unknown request URL: {path}."),
+        )
+    }
+    pub fn method_not_allowed(method: &http::Method, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("Method {method} is not allowed on {path}."),
+        )
+    }
+    pub fn body_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "request_timeout",
+            "The request body was not received in time.".to_owned(),
+        )
+    }
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "body_too_large",
+            format!("The request body exceeds the limit of {limit} bytes."),
+        )
+    }
+    pub fn over_limit(message: impl Into<String>, retry_after: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "rate_limit_exceeded",
+                message.into(),
+            )
+        }
+    }
+    pub fn no_ready_replica(model: &str) -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable_error",
+                "no_ready_replica",
+                format!("No ready replica serves the model `{model}`; try again shortly."),
+            )
+        }
+    }
+    pub fn upstream_connect(replica: &str, detail: impl fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_connect_error",
+            format!("Could not reach replica `{replica}`: {detail}."),
+        )
+    }
+    pub fn upstream_failed(replica: &str, detail: impl fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_error",
+            format!("Replica `{replica}` failed: {detail}."),
+        )
+    }
+    pub fn upstream_timeout(replica: &str) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "upstream_timeout",
+            format!("Replica `{replica}` did not answer in time."),
+        )
+    }
+
+    pub fn body_json(&self) -> String {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "code": self.code,
+            }
+        })
+        .to_string()
+    }
+
+    pub fn into_response(self) -> Response<RespBody> {
+        let mut resp = Response::new(full_body(self.body_json()));
+        *resp.status_mut() = self.status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A configuration file that cannot be used, with where and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based line, when the field is found in the text.
+    pub line: Option<usize>,
+    /// Path of the offending field (`pools[0].replicas[1].url`), empty for the whole document.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = if self.file.is_empty() {
+            "config"
+        } else {
+            &self.file
+        };
+        match self.line {
+            Some(line) => write!(f, "{file}:{line}: ")?,
+            None => write!(f, "{file}: ")?,
+        }
+        if !self.field.is_empty() {
+            write!(f, "field `{}`: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl ConfigError {
+    /// From serde_yaml's error, whose text is `[path: ]message[ at line L column C]`.
+    pub(crate) fn from_yaml(e: &serde_yaml::Error) -> Self {
+        let line = e.location().map(|l| l.line());
+        let mut text = e.to_string();
+        if let Some(at) = text.rfind(" at line ") {
+            text.truncate(at);
+        }
+        let (field, message) = match text.split_once(": ") {
+            Some((path, rest)) if !path.is_empty() && !path.contains(' ') => {
+                (path.to_owned(), rest.to_owned())
+            }
+            _ => (String::new(), text),
+        };
+        Self {
+            file: String::new(),
+            line,
+            field,
+            message,
+        }
+    }
+}
+
+/// Failures that stop the router from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,119 @@
+//! Replica health: passive (connection failures eject a replica for a backoff that doubles on
+//! each consecutive failure) and active (the metrics scrape doubles as a health probe).
+//!
+//! A replica is a routing candidate when it is neither ejected nor failing its scrapes. An
+//! ejection ends by itself after the backoff; the next request then tries the replica again
+//! (half-open), and a success resets the backoff.
+
+use crate::config::HealthConfig;
+use parking_lot::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default)]
+pub struct Health {
+    inner: Mutex<HealthInner>,
+}
+
+#[derive(Debug, Default)]
+struct HealthInner {
+    ejected_until: Option<Instant>,
+    connect_failures: u32,
+    scrape_failures: u32,
+    scrape_down: bool,
+}
+
+impl Health {
+    /// May the router send this replica a request now?
+    pub fn is_ready(&self, now: Instant) -> bool {
+        let h = self.inner.lock();
+        !h.scrape_down && h.ejected_until.is_none_or(|t| now >= t)
+    }
+
+    /// A connection to the replica failed: eject it. Returns the backoff applied.
+    pub fn on_connect_error(&self, config: &HealthConfig, now: Instant) -> Duration {
+        let mut h = self.inner.lock();
+        h.connect_failures = h.connect_failures.saturating_add(1);
+        let shift = (h.connect_failures - 1).min(16);
+        let backoff = Duration::from_millis(
+            config
+                .eject_base_ms
+                .saturating_mul(1 << shift)
+                .min(config.eject_max_ms),
+        );
+        h.ejected_until = Some(now + backoff);
+        backoff
+    }
+
+    /// A request reached the replica.
+    pub fn on_success(&self) {
+        let mut h = self.inner.lock();
+        if h.connect_failures != 0 || h.ejected_until.is_some() {
+            h.connect_failures = 0;
+            h.ejected_until = None;
+        }
+    }
+
+    /// A scrape answered 200: the replica's server is up.
+    pub fn on_scrape_ok(&self) {
+        let mut h = self.inner.lock();
+        h.scrape_failures = 0;
+        if h.scrape_down {
+            h.scrape_down = false;
+            // The engine is back: let requests try it without waiting out an old ejection.
+            h.ejected_until = None;
+            h.connect_failures = 0;
+        }
+    }
+
+    /// A scrape failed. A refused connection is conclusive at once; other failures (timeouts,
+    /// error statuses) only after `threshold` in a row.
+    pub fn on_scrape_failed(&self, refused: bool, threshold: u32) {
+        let mut h = self.inner.lock();
+        h.scrape_failures = h.scrape_failures.saturating_add(1);
+        if refused || h.scrape_failures >= threshold {
+            h.scrape_down = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> HealthConfig {
+        HealthConfig {
+            eject_base_ms: 100,
+            eject_max_ms: 350,
+        }
+    }
+
+    #[test]
+    fn ejection_backs_off_and_expires() {
+        let h = Health::default();
+        let t0 = Instant::now();
+        assert!(h.is_ready(t0));
+        assert_eq!(h.on_connect_error(&cfg(), t0), Duration::from_millis(100));
+        assert!(!h.is_ready(t0 + Duration::from_millis(50)));
+        assert!(h.is_ready(t0 + Duration::from_millis(100)));
+        assert_eq!(h.on_connect_error(&cfg(), t0), Duration::from_millis(200));
+        assert_eq!(h.on_connect_error(&cfg(), t0), Duration::from_millis(350));
+        h.on_success();
+        assert!(h.is_ready(t0));
+        assert_eq!(h.on_connect_error(&cfg(), t0), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn scrape_failures_need_threshold_unless_refused() {
+        let h = Health::default();
+        let now = Instant::now();
+        h.on_scrape_failed(false, 3);
+        h.on_scrape_failed(false, 3);
+        assert!(h.is_ready(now));
+        h.on_scrape_failed(false, 3);
+        assert!(!h.is_ready(now));
+        h.on_scrape_ok();
+        assert!(h.is_ready(now));
+        h.on_scrape_failed(true, 3);
+        assert!(!h.is_ready(now));
+    }
+}

@@ -1,0 +1,78 @@
+//! Reloading the configuration file on change, without a restart and without dropping requests.
+//!
+//! The file is polled (portable, no inotify dependency, and a 1 s delay is fine for a config):
+//! when its bytes change it is parsed and validated; a good file is applied (the table swap is
+//! atomic; in-flight requests keep the table they started with), a bad one is logged with its
+//! line and field, counted, and the running configuration stays.
+
+use crate::config::Config;
+use crate::metrics::ResultLabels;
+use crate::Shared;
+use std::path::PathBuf;
+use std::sync::Weak;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub async fn watch(
+    shared: Weak<Shared>,
+    path: PathBuf,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut last = std::fs::read(&path).ok();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                // An editor replacing the file can leave a short gap; try again next round.
+                tracing::debug!(path = %path.display(), error = %e, "config not readable");
+                continue;
+            }
+        };
+        if last.as_deref() == Some(bytes.as_slice()) {
+            continue;
+        }
+        last = Some(bytes.clone());
+        let parsed = std::str::from_utf8(&bytes)
+            .map_err(|e| crate::errors::ConfigError {
+                file: String::new(),
+                line: None,
+                field: String::new(),
+                message: format!("not UTF-8: {e}"),
+            })
+            .and_then(Config::parse);
+        match parsed {
+            Ok(config) => {
+                let current = shared.table();
+                if config.listen != current.config.listen || config.admin != current.config.admin {
+                    tracing::warn!(
+                        "`listen` and `admin` changes take effect on restart; other changes applied"
+                    );
+                }
+                shared.apply(config);
+                shared
+                    .metrics
+                    .config_reloads
+                    .get_or_create(&ResultLabels { result: "ok" })
+                    .inc();
+                tracing::info!(path = %path.display(), "configuration reloaded");
+            }
+            Err(mut e) => {
+                e.file = path.display().to_string();
+                shared
+                    .metrics
+                    .config_reloads
+                    .get_or_create(&ResultLabels { result: "error" })
+                    .inc();
+                tracing::error!("configuration not reloaded, keeping the running one: {e}");
+            }
+        }
+    }
+}

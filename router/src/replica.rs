@@ -1,0 +1,220 @@
+//! Replicas as the router knows them at run time, and the registry that gives each one a stable
+//! [`ReplicaId`].
+//!
+//! A replica's state (load counters, scraped engine load, health, learned TTFT model) outlives
+//! configuration reloads: the registry keys it by name and URL, so a reload that keeps a replica
+//! keeps its id, its prefix-index entries and what the predictor learned about it.
+
+use crate::config::{Config, Engine};
+use crate::health::Health;
+use crate::upstream::ConnPool;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warmpath_routing::predict::{TtftModel, TtftPrior};
+use warmpath_routing::scheduler::EngineLoad;
+use warmpath_routing::ReplicaId;
+
+/// Where and how to read a replica's engine metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeTarget {
+    pub path: String,
+    pub engine: Engine,
+}
+
+/// One serving endpoint.
+#[derive(Debug)]
+pub struct ReplicaState {
+    pub id: ReplicaId,
+    pub name: String,
+    pub url: String,
+    pub authority: http::uri::Authority,
+    inflight_requests: AtomicU32,
+    inflight_tokens: AtomicU64,
+    engine: Mutex<Option<(EngineLoad, Instant)>>,
+    pub health: Health,
+    pub ttft: Mutex<TtftModel>,
+    /// Idle data-path connections to this replica.
+    pub pool: Arc<ConnPool>,
+    scrape_target: Mutex<Option<ScrapeTarget>>,
+    scrape_task: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl ReplicaState {
+    fn new(
+        id: ReplicaId,
+        name: &str,
+        url: &str,
+        authority: http::uri::Authority,
+        prior: TtftPrior,
+    ) -> Self {
+        Self {
+            id,
+            name: name.to_owned(),
+            url: url.trim_end_matches('/').to_owned(),
+            authority,
+            inflight_requests: AtomicU32::new(0),
+            inflight_tokens: AtomicU64::new(0),
+            engine: Mutex::new(None),
+            health: Health::default(),
+            ttft: Mutex::new(TtftModel::new(prior)),
+            pool: Arc::default(),
+            scrape_target: Mutex::new(None),
+            scrape_task: Mutex::new(None),
+        }
+    }
+
+    pub fn inflight_requests(&self) -> u32 {
+        self.inflight_requests.load(Ordering::Relaxed)
+    }
+
+    pub fn inflight_tokens(&self) -> u64 {
+        self.inflight_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Engine load from the last scrape, or `None` when it is older than `stale_after`.
+    pub fn engine_load(&self, now: Instant, stale_after: Duration) -> Option<EngineLoad> {
+        let guard = self.engine.lock();
+        match *guard {
+            Some((load, at)) if now.saturating_duration_since(at) <= stale_after => Some(load),
+            _ => None,
+        }
+    }
+
+    /// Record a scrape. `None` means the engine answered but exposes no load series we know.
+    pub fn set_engine_load(&self, load: Option<EngineLoad>, at: Instant) {
+        *self.engine.lock() = load.map(|l| (l, at));
+    }
+
+    pub fn scrape_target(&self) -> Option<ScrapeTarget> {
+        self.scrape_target.lock().clone()
+    }
+
+    pub(crate) fn set_scrape_target(&self, target: Option<ScrapeTarget>) {
+        *self.scrape_target.lock() = target;
+    }
+
+    pub(crate) fn set_scrape_task(&self, handle: tokio::task::AbortHandle) {
+        if let Some(old) = self.scrape_task.lock().replace(handle) {
+            old.abort();
+        }
+    }
+
+    pub(crate) fn stop_scraping(&self) {
+        if let Some(old) = self.scrape_task.lock().take() {
+            old.abort();
+        }
+    }
+}
+
+/// Holds a replica's in-flight counters up for as long as a request is in flight.
+#[derive(Debug)]
+pub struct InflightGuard {
+    replica: Arc<ReplicaState>,
+    tokens: u64,
+}
+
+impl InflightGuard {
+    pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+        replica.inflight_requests.fetch_add(1, Ordering::Relaxed);
+        replica.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
+        Self { replica, tokens }
+    }
+
+    pub fn replica(&self) -> &Arc<ReplicaState> {
+        &self.replica
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.replica
+            .inflight_requests
+            .fetch_sub(1, Ordering::Relaxed);
+        self.replica
+            .inflight_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}
+
+/// What changed in the registry on a configuration (re)load.
+#[derive(Debug, Default)]
+pub struct RegistryChange {
+    pub added: Vec<Arc<ReplicaState>>,
+    pub removed: Vec<Arc<ReplicaState>>,
+}
+
+/// Name → replica state, with dense ids reused after removal (the prefix index keeps per-id
+/// state, so ids stay small and are only reused once the index has forgotten them).
+#[derive(Debug, Default)]
+pub struct ReplicaRegistry {
+    by_name: HashMap<String, Arc<ReplicaState>>,
+    free_ids: Vec<ReplicaId>,
+    next_id: ReplicaId,
+}
+
+impl ReplicaRegistry {
+    pub fn get(&self, name: &str) -> Option<&Arc<ReplicaState>> {
+        self.by_name.get(name)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<ReplicaState>> {
+        self.by_name.values()
+    }
+
+    /// Bring the registry in line with `config` (already validated: names are unique and URLs
+    /// parse). A replica whose URL changed is a new replica under the same name.
+    pub fn sync(&mut self, config: &Config) -> RegistryChange {
+        let mut change = RegistryChange::default();
+        let mut wanted: HashMap<&str, (&str, Option<ScrapeTarget>)> = HashMap::new();
+        for pool in &config.pools {
+            let target = pool.metrics_path.as_ref().map(|p| ScrapeTarget {
+                path: p.clone(),
+                engine: pool.engine,
+            });
+            for r in &pool.replicas {
+                wanted.insert(&r.name, (&r.url, target.clone()));
+            }
+        }
+        let stale: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|(name, state)| match wanted.get(name.as_str()) {
+                Some((url, _)) => state.url != url.trim_end_matches('/'),
+                None => true,
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            if let Some(state) = self.by_name.remove(&name) {
+                state.stop_scraping();
+                state.pool.clear();
+                self.free_ids.push(state.id);
+                change.removed.push(state);
+            }
+        }
+        let prior = config.predictor.prior();
+        for (name, (url, target)) in wanted {
+            if let Some(state) = self.by_name.get(name) {
+                state.set_scrape_target(target);
+                continue;
+            }
+            let authority = match crate::config::parse_base_url(url) {
+                Ok(a) => a,
+                Err(_) => continue, // validated before; unreachable in practice
+            };
+            let id = self.free_ids.pop().unwrap_or_else(|| {
+                let id = self.next_id;
+                self.next_id += 1;
+                id
+            });
+            let state = Arc::new(ReplicaState::new(id, name, url, authority, prior));
+            state.set_scrape_target(target);
+            self.by_name.insert(name.to_owned(), state.clone());
+            change.added.push(state);
+        }
+        change
+    }
+}

@@ -1,0 +1,347 @@
+//! Reading a client request: a bounded, timed body read, then a parse of only the fields routing
+//! needs (model, prompt or messages, stream, max tokens, tenant). The raw bytes are forwarded
+//! untouched; strings are borrowed from them where JSON escapes allow, so a 100k-token prompt is
+//! neither copied nor parsed twice.
+
+use crate::errors::ApiError;
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body_util::{BodyExt, Limited};
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+use warmpath_routing::prompt::{BlockHasher, BlockHashes};
+
+/// Header naming the tenant (for flow control); falls back to the body's `user` field.
+pub const TENANT_HEADER: &str = "x-warmpath-tenant";
+
+/// Which OpenAI endpoint a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    ChatCompletions,
+}
+
+/// What routing knows about a request after parsing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestFeatures {
+    pub model: String,
+    pub stream: bool,
+    pub max_tokens: Option<u32>,
+    pub tenant: Option<String>,
+    pub prompt: BlockHashes,
+}
+
+/// Read the whole body, refusing more than `limit` bytes (413) or a body slower than `timeout` (408).
+pub async fn read_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Some(len) = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(ApiError::body_too_large(limit));
+        }
+    }
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(ApiError::body_timeout()),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::body_too_large(limit))
+        }
+        Ok(Err(e)) => Err(ApiError::bad_request(
+            "body_read_error",
+            format!("Could not read the request body: {e}"),
+        )),
+    }
+}
+
+/// Parse the routing fields of a request body and hash its canonical prompt.
+pub fn parse(
+    endpoint: Endpoint,
+    body: &[u8],
+    headers: &HeaderMap,
+    hasher: &BlockHasher,
+) -> Result<RequestFeatures, ApiError> {
+    let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => {
+                ApiError::bad_request("invalid_field", format!("Invalid request: {e}"))
+            }
+            _ => ApiError::bad_request(
+                "invalid_json",
+                format!("The request body is not valid JSON: {e}"),
+            ),
+        }
+    })?;
+    let model = match wire.model {
+        Some(m) if !m.0.is_empty() => m.0.into_owned(),
+        _ => {
+            return Err(ApiError::bad_request(
+                "missing_model",
+                "You must provide a `model` parameter.",
+            ))
+        }
+    };
+    let prompt = match endpoint {
+        Endpoint::Completions => match wire.prompt {
+            Some(p) => hash_prompt(&p, hasher),
+            None => {
+                return Err(ApiError::bad_request(
+                    "missing_prompt",
+                    "You must provide a `prompt` parameter.",
+                ))
+            }
+        },
+        Endpoint::ChatCompletions => match wire.messages {
+            Some(msgs) if !msgs.is_empty() => {
+                let owned: Vec<(&str, Cow<'_, str>)> = msgs
+                    .iter()
+                    .map(|m| (m.role.0.as_ref(), m.content_text()))
+                    .collect();
+                hasher.hash_chat(owned.iter().map(|(r, c)| (*r, c.as_ref())))
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "missing_messages",
+                    "You must provide a non-empty `messages` array.",
+                ))
+            }
+        },
+    };
+    let tenant = headers
+        .get(TENANT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| wire.user.map(|u| u.0.into_owned()));
+    Ok(RequestFeatures {
+        model,
+        stream: wire.stream.unwrap_or(false),
+        max_tokens: wire.max_tokens.or(wire.max_completion_tokens),
+        tenant,
+        prompt,
+    })
+}
+
+fn hash_prompt(prompt: &Prompt<'_>, hasher: &BlockHasher) -> BlockHashes {
+    match prompt {
+        Prompt::Text(s) => hasher.hash_text(&s.0),
+        // Token ids are hashed through their decimal text: equal id prefixes give equal text
+        // prefixes, which is all the approximate index needs.
+        Prompt::Tokens(ids) => {
+            let mut text = String::with_capacity(ids.len() * 6);
+            for id in ids {
+                text.push_str(&id.to_string());
+                text.push(' ');
+            }
+            hasher.hash_text(&text)
+        }
+    }
+}
+
+/// A string borrowed from the body when it has no escapes, owned otherwise.
+#[derive(Debug)]
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The request fields routing reads; everything else is skipped without being built.
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    prompt: Option<Prompt<'a>>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(borrow, default)]
+    user: Option<Str<'a>>,
+}
+
+/// `prompt`: a string, a batch of strings (the first one routes), token ids, or a batch of those.
+#[derive(Debug)]
+enum Prompt<'a> {
+    Text(Str<'a>),
+    Tokens(Vec<u64>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Prompt<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Prompt<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, an array of strings, or an array of token ids")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Str(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Str(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Str(Cow::Owned(v))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first: Option<PromptItem<'de>> = seq.next_element()?;
+                let prompt = match first {
+                    None => return Err(de::Error::invalid_length(0, &"a non-empty prompt")),
+                    Some(PromptItem::Text(s)) => Prompt::Text(s),
+                    Some(PromptItem::Tokens(t)) => Prompt::Tokens(t),
+                    Some(PromptItem::Token(t)) => {
+                        let mut ids = vec![t];
+                        while let Some(id) = seq.next_element::<u64>()? {
+                            ids.push(id);
+                        }
+                        return Ok(Prompt::Tokens(ids));
+                    }
+                };
+                // Further prompts of a batch are validated for shape but do not route.
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(prompt)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+enum PromptItem<'a> {
+    Text(Str<'a>),
+    Token(u64),
+    Tokens(Vec<u64>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for PromptItem<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PromptItem<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, a token id or an array of token ids")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(PromptItem::Text(Str(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(PromptItem::Text(Str(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(PromptItem::Token(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(id) = seq.next_element::<u64>()? {
+                    ids.push(id);
+                }
+                Ok(PromptItem::Tokens(ids))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A chat message: its role and its text (a string, or the text parts of a parts array).
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: Str<'a>,
+    #[serde(borrow, default)]
+    content: Option<Content<'a>>,
+}
+
+impl Message<'_> {
+    fn content_text(&self) -> Cow<'_, str> {
+        match &self.content {
+            None => Cow::Borrowed(""),
+            Some(Content::Text(s)) => Cow::Borrowed(s.0.as_ref()),
+            Some(Content::Parts(parts)) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| p.text.as_ref().map(|t| t.0.as_ref()))
+                    .collect();
+                match texts.as_slice() {
+                    [one] => Cow::Borrowed(*one),
+                    _ => Cow::Owned(texts.join("\n")),
+                }
+            }
+        }
+    }
+}
+
+enum Content<'a> {
+    Text(Str<'a>),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, default)]
+    text: Option<Str<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Str(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Str(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<Part<'de>>()? {
+                    parts.push(p);
+                }
+                Ok(Content::Parts(parts))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+use super::*;
+use http::HeaderMap;
+
+fn hasher() -> BlockHasher {
+    BlockHasher::new(16)
+}
+
+fn ok(ep: Endpoint, body: &str) -> RequestFeatures {
+    parse(ep, body.as_bytes(), &HeaderMap::new(), &hasher()).expect("valid request")
+}
+
+fn bad(ep: Endpoint, body: &str) -> ApiError {
+    parse(ep, body.as_bytes(), &HeaderMap::new(), &hasher()).expect_err("invalid request")
+}
+
+#[test]
+fn completions_fields() {
+    let f = ok(
+        Endpoint::Completions,
+        r#"{"model":"m","prompt":"hello world, this is a prompt","stream":true,"max_tokens":7,"temperature":0.5,"user":"t1"}"#,
+    );
+    assert_eq!(f.model, "m");
+    assert!(f.stream);
+    assert_eq!(f.max_tokens, Some(7));
+    assert_eq!(f.tenant.as_deref(), Some("t1"));
+    assert_eq!(
+        f.prompt,
+        hasher().hash_text("hello world, this is a prompt")
+    );
+}
+
+#[test]
+fn escaped_strings_hash_as_decoded_text() {
+    let a = ok(
+        Endpoint::Completions,
+        r#"{"model":"m","prompt":"line\none \"quoted\" and more text"}"#,
+    );
+    assert_eq!(
+        a.prompt,
+        hasher().hash_text("line\none \"quoted\" and more text")
+    );
+}
+
+#[test]
+fn prompt_shapes() {
+    let batch = ok(
+        Endpoint::Completions,
+        r#"{"model":"m","prompt":["first prompt of the batch", "second"]}"#,
+    );
+    assert_eq!(
+        batch.prompt,
+        hasher().hash_text("first prompt of the batch")
+    );
+    let tokens = ok(
+        Endpoint::Completions,
+        r#"{"model":"m","prompt":[1,22,333,4444,5,6,7,8,9]}"#,
+    );
+    assert_eq!(
+        tokens.prompt,
+        hasher().hash_text("1 22 333 4444 5 6 7 8 9 ")
+    );
+    let nested = ok(
+        Endpoint::Completions,
+        r#"{"model":"m","prompt":[[1,22,333,4444,5,6,7,8,9],[1]]}"#,
+    );
+    assert_eq!(nested.prompt, tokens.prompt);
+}
+
+#[test]
+fn chat_messages_in_order_with_roles() {
+    let f = ok(
+        Endpoint::ChatCompletions,
+        r#"{"model":"m","messages":[{"role":"system","content":"be brief and kind"},{"role":"user","content":[{"type":"text","text":"hi there"},{"type":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":null,"tool_calls":[]}],"max_completion_tokens":3}"#,
+    );
+    let want = hasher().hash_chat([
+        ("system", "be brief and kind"),
+        ("user", "hi there"),
+        ("assistant", ""),
+    ]);
+    assert_eq!(f.prompt, want);
+    assert_eq!(f.max_tokens, Some(3));
+    assert!(!f.stream);
+}
+
+#[test]
+fn tenant_header_wins_over_user_field() {
+    let mut h = HeaderMap::new();
+    h.insert(TENANT_HEADER, "team-a".parse().unwrap());
+    let f = parse(
+        Endpoint::Completions,
+        br#"{"model":"m","prompt":"x","user":"u"}"#,
+        &h,
+        &hasher(),
+    )
+    .unwrap();
+    assert_eq!(f.tenant.as_deref(), Some("team-a"));
+}
+
+#[test]
+fn bad_inputs_have_codes() {
+    let cases: &[(Endpoint, &str, &str)] = &[
+        (Endpoint::Completions, "{not json", "invalid_json"),
+        (Endpoint::Completions, "", "invalid_json"),
+        (Endpoint::Completions, "[1,2]", "invalid_field"),
+        (Endpoint::Completions, r#"{"prompt":"x"}"#, "missing_model"),
+        (
+            Endpoint::Completions,
+            r#"{"model":"","prompt":"x"}"#,
+            "missing_model",
+        ),
+        (
+            Endpoint::Completions,
+            r#"{"model":5,"prompt":"x"}"#,
+            "invalid_field",
+        ),
+        (Endpoint::Completions, r#"{"model":"m"}"#, "missing_prompt"),
+        (
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":[]}"#,
+            "invalid_field",
+        ),
+        (
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":{"a":1}}"#,
+            "invalid_field",
+        ),
+        (
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"x","stream":"yes"}"#,
+            "invalid_field",
+        ),
+        (
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"x","max_tokens":-1}"#,
+            "invalid_field",
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"model":"m","messages":[]}"#,
+            "missing_messages",
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"model":"m","prompt":"x"}"#,
+            "missing_messages",
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"model":"m","messages":[{"content":"x"}]}"#,
+            "invalid_field",
+        ),
+    ];
+    for (ep, body, code) in cases {
+        let e = bad(*ep, body);
+        assert_eq!(e.status, http::StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(e.code, *code, "{body}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn body_limits() {
+    use http_body_util::Full;
+    let h = HeaderMap::new();
+    let b = read_body(
+        &h,
+        Full::new(Bytes::from(vec![b'x'; 100])),
+        100,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(b.unwrap().len(), 100);
+    let e = read_body(
+        &h,
+        Full::new(Bytes::from(vec![b'x'; 101])),
+        100,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(e.unwrap_err().status, http::StatusCode::PAYLOAD_TOO_LARGE);
+    let mut h = HeaderMap::new();
+    h.insert(http::header::CONTENT_LENGTH, "1000000".parse().unwrap());
+    let e = read_body(&h, Full::new(Bytes::new()), 100, Duration::from_secs(1)).await;
+    assert_eq!(e.unwrap_err().status, http::StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_body_times_out() {
+    // A body that never yields a frame.
+    struct Never;
+    impl http_body::Body for Never {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+    let e = read_body(&HeaderMap::new(), Never, 100, Duration::from_secs(5)).await;
+    assert_eq!(e.unwrap_err().status, http::StatusCode::REQUEST_TIMEOUT);
+}

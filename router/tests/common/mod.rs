@@ -1,0 +1,205 @@
+//! Helpers for the router's loopback integration tests: simulator replicas in-process, a router
+//! in-process on port 0, and a small HTTP client.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+use warmpath_router::{config::Config, Options, RouterHandle};
+use warmpath_sim::{Cli, SimHandle};
+
+/// Simulator replicas on ports chosen by the OS.
+pub async fn sim(args: &[&str]) -> SimHandle {
+    let mut all = vec!["warmpath-sim", "--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let cli = Cli::try_parse_from(all).expect("sim flags");
+    warmpath_sim::start(&cli).await.expect("sim start")
+}
+
+/// A configuration with one pool `p` serving `model` from `addrs` (replicas `r0`, `r1`, …),
+/// plus `extra` top-level YAML.
+pub fn config_yaml(model: &str, addrs: &[SocketAddr], extra: &str) -> String {
+    let mut y = String::from("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n");
+    y.push_str(&format!(
+        "  - name: p\n    models: [{model}]\n    replicas:\n"
+    ));
+    for (i, a) in addrs.iter().enumerate() {
+        y.push_str(&format!("      - {{ name: r{i}, url: \"http://{a}\" }}\n"));
+    }
+    y.push_str(extra);
+    y
+}
+
+pub async fn router(yaml: &str) -> RouterHandle {
+    let config = Config::parse(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    warmpath_router::start(config, Options::default())
+        .await
+        .expect("router start")
+}
+
+/// Router and simulator together; replicas are named `r0..rN` in port order.
+pub struct Setup {
+    pub sim: SimHandle,
+    pub router: RouterHandle,
+}
+
+impl Setup {
+    pub async fn new(sim_args: &[&str], extra_yaml: &str) -> Setup {
+        let sim = sim(sim_args).await;
+        let router = router(&config_yaml("tiny", &sim.addrs(), extra_yaml)).await;
+        wait_ready(router.admin_addr).await;
+        Setup { sim, router }
+    }
+
+    pub fn replica_addr(&self, name: &str) -> SocketAddr {
+        let i: usize = name.trim_start_matches('r').parse().expect("replica name");
+        self.sim.addrs()[i]
+    }
+
+    pub async fn stop(mut self) {
+        self.router.shutdown().await;
+        self.sim.shutdown();
+    }
+}
+
+/// Wait until `/readyz` says every… at least one replica is ready (scrapes have run).
+pub async fn wait_ready(admin: SocketAddr) {
+    for _ in 0..100 {
+        if let Ok(r) = get(admin, "/readyz").await {
+            if r.status == 200 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("router never became ready");
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn replica(&self) -> String {
+        self.header("x-warmpath-replica")
+            .unwrap_or_else(|| panic!("no x-warmpath-replica: {self:?}"))
+            .to_owned()
+    }
+    /// Assert an OpenAI-shaped error with this status and code.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        let j = self.json();
+        assert_eq!(j["error"]["code"], code, "{}", self.body);
+        assert!(j["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert!(j["error"]["type"].as_str().is_some());
+        assert_eq!(self.header("content-type"), Some("application/json"));
+    }
+}
+
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Result<Reply, String> {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(body.into())).unwrap();
+    let fut = async {
+        let resp = client()
+            .request(req)
+            .await
+            .map_err(|e| format!("request: {e:?}"))?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e:?}"))?
+            .to_bytes();
+        Ok(Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .map_err(|_| "timed out".to_owned())?
+}
+
+pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    send(addr, "POST", path, &[], body.to_owned())
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Result<Reply, String> {
+    send(addr, "GET", path, &[], Bytes::new()).await
+}
+
+pub fn completion(prompt: &str, max_tokens: u32) -> String {
+    serde_json::json!({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).to_string()
+}
+
+/// A value from Prometheus text: the sum of the series named `name` whose labels contain every
+/// `k="v"` in `labels`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' '))
+        })
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+pub async fn router_metrics(admin: SocketAddr) -> String {
+    get(admin, "/metrics").await.expect("metrics").body
+}
+
+/// A prompt of about `bytes` bytes, deterministic per `seed`.
+pub fn text(seed: u64, bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 16);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while s.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(["alpha ", "beta ", "gamma ", "delta ", "eps ", "zeta "][(x % 6) as usize]);
+    }
+    s.truncate(bytes);
+    s
+}

@@ -1,0 +1,417 @@
+//! The proxy over loopback with simulator replicas: pass-through, streaming without buffering,
+//! request ids, h2c, /v1/models, cancellation on client disconnect, live reload.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_pass_through_with_headers() {
+    let s = Setup::new(&["--replicas", "2"], "").await;
+    let addr = s.router.addr;
+    let r = post(addr, "/v1/completions", &completion("hello there", 3)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["object"], "text_completion");
+    assert_eq!(j["usage"]["completion_tokens"], 3);
+    assert!(["r0", "r1"].contains(&r.replica().as_str()));
+    let generated = r.header("x-request-id").expect("request id").to_owned();
+    assert!(generated.starts_with("wp-"));
+
+    // A client's request id is kept and forwarded.
+    let r = send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[("x-request-id", "abc-123")],
+        completion("x", 1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-request-id"), Some("abc-123"));
+
+    // Models: the union of the pools'.
+    let m = get(addr, "/v1/models").await.unwrap();
+    assert_eq!(m.status, 200);
+    assert_eq!(m.json()["data"][0]["id"], "tiny");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_header_can_be_turned_off() {
+    let s = Setup::new(&[], "response_headers:\n  replica: false\n").await;
+    let r = post(s.router.addr, "/v1/completions", &completion("hi", 1)).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("x-warmpath-replica").is_none());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_chunks_are_not_buffered() {
+    // Chunks 150 ms apart: the first must reach the client long before the last is sent.
+    let s = Setup::new(&["--fault", "slow-stream", "--slow-stream-ms", "150"], "").await;
+    let body = serde_json::json!({
+        "model": "tiny", "stream": true, "max_tokens": 5,
+        "messages": [{"role": "user", "content": "count to five"}]
+    })
+    .to_string();
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", s.router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let start = Instant::now();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut body = resp.into_body();
+    let mut first_at = None;
+    let mut text = String::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap();
+        if let Some(data) = frame.data_ref() {
+            first_at.get_or_insert_with(|| start.elapsed());
+            text.push_str(std::str::from_utf8(data).unwrap());
+        }
+    }
+    let total = start.elapsed();
+    let first = first_at.expect("some data");
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(text.matches("data: ").count() >= 5, "{text}");
+    assert!(
+        total >= Duration::from_millis(500) && first + Duration::from_millis(400) < total,
+        "first chunk at {first:?}, end at {total:?}: the stream was buffered"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_works() {
+    let s = Setup::new(&[], "").await;
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = http::Request::post(format!("http://{}/v1/completions", s.router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(completion("over h2", 2))))
+        .unwrap();
+    let resp = h2.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-warmpath-replica"], "r0");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["usage"]["completion_tokens"], 2);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_cancels_upstream() {
+    let s = Setup::new(&["--fault", "slow-stream", "--slow-stream-ms", "100"], "").await;
+    let body = serde_json::json!({
+        "model": "tiny", "stream": true, "max_tokens": 200, "prompt": "a long story"
+    })
+    .to_string();
+    let req = http::Request::post(format!("http://{}/v1/completions", s.router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let _first = body.frame().await.expect("a chunk").unwrap();
+    let replica = s.sim.addrs()[0];
+    let running = |t: &str| metric(t, "vllm:num_requests_running", &[]);
+    let t = get(replica, "/metrics").await.unwrap().body;
+    assert_eq!(running(&t), 1.0, "{t}");
+    drop(body); // the client goes away mid-stream
+
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let t = get(replica, "/metrics").await.unwrap().body;
+        if running(&t) == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "engine still generating after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_client_disconnects_total", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_inflight_requests", &[("replica", "r0")]),
+        0.0,
+        "{m}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_applies_good_files_and_keeps_running_on_bad_ones() {
+    let sim = sim(&["--replicas", "2"]).await;
+    let addrs = sim.addrs();
+    let dir = std::env::temp_dir().join(format!("warmpath-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("router.yaml");
+    std::fs::write(&path, config_yaml("tiny", &addrs[..1], "")).unwrap();
+    let config = warmpath_router::config::Config::load(&path).unwrap();
+    let router = warmpath_router::start(
+        config,
+        warmpath_router::Options {
+            watch: Some(path.clone()),
+            reload_interval: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_ready(router.admin_addr).await;
+    let addr = router.addr;
+
+    // Add a second pool serving another model, on the second replica.
+    let mut yaml = config_yaml("tiny", &addrs[..1], "");
+    yaml.push_str(&format!(
+        "  - name: q\n    models: [other]\n    replicas:\n      - {{ name: s0, url: \"http://{}\" }}\n",
+        addrs[1]
+    ));
+    std::fs::write(&path, &yaml).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = get(addr, "/v1/models").await.unwrap().json();
+        let ids: Vec<_> = m["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["id"].clone())
+            .collect();
+        if ids.len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "reload not applied: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Requests during and after the reload keep working; the new model routes to its pool.
+    let body = serde_json::json!({"model": "other", "prompt": "hi", "max_tokens": 1}).to_string();
+    let r = post(addr, "/v1/completions", &body).await;
+    assert_eq!(
+        r.status, 404,
+        "the sim serves `tiny` only, and says so: {}",
+        r.body
+    );
+    assert_eq!(r.replica(), "s0");
+
+    // A broken file is refused; the running configuration stays.
+    std::fs::write(&path, yaml.replace("models: [other]", "modles: [other]")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = router_metrics(router.admin_addr).await;
+        if metric(&m, "warmpath_config_reloads_total", &[("result", "error")]) >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "bad reload not counted: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = post(addr, "/v1/completions", &completion("still serving", 1)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.replica(), "r0");
+    let m = get(addr, "/v1/models").await.unwrap().json();
+    assert_eq!(m["data"].as_array().unwrap().len(), 2);
+
+    router.shutdown().await;
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints() {
+    let s = Setup::new(&["--replicas", "2"], "").await;
+    let admin = s.router.admin_addr;
+    assert_eq!(get(admin, "/healthz").await.unwrap().status, 200);
+    let ready = get(admin, "/readyz").await.unwrap();
+    assert_eq!(ready.status, 200);
+    assert!(ready.body.contains("tiny: 2/2"), "{}", ready.body);
+    for i in 0..4 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&text(i, 2000), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+    }
+    let _ = post(s.router.addr, "/v1/completions", "{bad").await;
+    let m = router_metrics(admin).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_requests_total",
+            &[("model", "tiny"), ("pool", "p"), ("status", "200")]
+        ),
+        4.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_requests_total", &[("status", "400")]),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "warmpath_decision_duration_seconds_count", &[]),
+        4.0
+    );
+    assert!(metric(&m, "warmpath_prefix_index_bytes", &[]) > 0.0, "{m}");
+    assert!(metric(&m, "warmpath_prefix_index_capacity_bytes", &[]) > 0.0);
+    assert!(metric(&m, "warmpath_prefix_blocks_queried_total", &[]) > 0.0);
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r1")]),
+        1.0
+    );
+    assert!(metric(&m, "warmpath_engine_scrapes_total", &[("result", "ok")]) > 0.0);
+    assert_eq!(get(admin, "/nope").await.unwrap().status, 404);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_stream_is_cut_after_idle_timeout() {
+    let s = Setup::new(
+        &["--fault", "slow-stream", "--slow-stream-ms", "1000"],
+        "timeouts:\n  idle_ms: 200\n",
+    )
+    .await;
+    let body = serde_json::json!({"model": "tiny", "stream": true, "max_tokens": 5, "prompt": "x"})
+        .to_string();
+    let req = http::Request::post(format!("http://{}/v1/completions", s.router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let start = Instant::now();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let err = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect())
+        .await
+        .expect("the stream should be cut, not hang");
+    assert!(
+        err.is_err(),
+        "an idle stream must end in an error, not look complete"
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_upstream_errors_total", &[("kind", "idle")]),
+        1.0,
+        "{m}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decision_header_explains_the_choice() {
+    let s = Setup::new(&[], "response_headers:\n  decision: true\n").await;
+    let r = post(
+        s.router.addr,
+        "/v1/completions",
+        &completion(&text(1, 2048), 1),
+    )
+    .await;
+    let d = r
+        .header("x-warmpath-decision")
+        .expect("decision header")
+        .to_owned();
+    assert!(
+        d.contains("reason=") && d.contains("matched_blocks=0"),
+        "{d}"
+    );
+    let r = post(
+        s.router.addr,
+        "/v1/completions",
+        &completion(&text(1, 2048), 1),
+    )
+    .await;
+    let d = r.header("x-warmpath-decision").unwrap();
+    assert!(d.contains("matched_blocks=8"), "{d}");
+    s.stop().await;
+}
+
+/// A TCP relay in front of a replica that counts the connections the router opens to it.
+async fn counting_relay(target: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_but_not_after_a_cancel() {
+    let sim = sim(&["--fault", "slow-stream", "--slow-stream-ms", "50"]).await;
+    let (relay, opened) = counting_relay(sim.addrs()[0]).await;
+    let yaml = config_yaml("tiny", &[relay], "")
+        .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    let router = router(&yaml).await;
+    for i in 0..10 {
+        let r = post(
+            router.addr,
+            "/v1/completions",
+            &completion(&format!("reuse {i}"), 2),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        1,
+        "sequential requests should share one connection"
+    );
+
+    // A stream the client abandons takes its connection with it (that is the engine's cancel
+    // signal); the next request opens a new one.
+    let body =
+        serde_json::json!({"model": "tiny", "stream": true, "max_tokens": 100, "prompt": "x"})
+            .to_string();
+    let req = http::Request::post(format!("http://{}/v1/completions", router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let mut b = resp.into_body();
+    let _ = b.frame().await;
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = post(
+        router.addr,
+        "/v1/completions",
+        &completion("after cancel", 1),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(opened.load(Ordering::SeqCst), 2);
+    router.shutdown().await;
+    drop(sim);
+}

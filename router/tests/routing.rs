@@ -1,0 +1,229 @@
+//! Routing behaviour against simulator replicas: prefix affinity while load is low, spreading
+//! when it is high, and a dead replica no longer getting traffic.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+async fn affinity(policy: &str) {
+    let s = Setup::new(
+        &["--replicas", "4"],
+        &format!("scheduling:\n  policy: {policy}\n"),
+    )
+    .await;
+    let prefix = text(7, 4096);
+    let mut used = HashMap::<String, u32>::new();
+    for i in 0..12 {
+        let prompt = format!("{prefix} question {i}: why?");
+        let r = post(s.router.addr, "/v1/completions", &completion(&prompt, 2)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        *used.entry(r.replica()).or_default() += 1;
+    }
+    assert_eq!(
+        used.len(),
+        1,
+        "{policy}: a shared prefix at low load should stick: {used:?}"
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert!(metric(&m, "warmpath_prefix_hit_ratio", &[]) > 0.8, "{m}");
+    // Unrelated prompts are free to go elsewhere; they are not all pinned to the warm replica.
+    let mut others = HashMap::<String, u32>::new();
+    for i in 0..24 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&text(1000 + i, 2048), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        *others.entry(r.replica()).or_default() += 1;
+    }
+    assert!(
+        others.len() >= 2,
+        "{policy}: cold prompts all went to one replica: {others:?}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prefix_sticks_at_low_load_predicted_ttft() {
+    affinity("predicted_ttft").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prefix_sticks_at_low_load_weighted_sum() {
+    affinity("prefix").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prefix_spreads_at_high_load() {
+    // Two running sequences per replica and slow decode steps: a burst queues up quickly.
+    let s = Setup::new(
+        &[
+            "--replicas",
+            "4",
+            "--max-num-seqs",
+            "2",
+            "--decode-base-ms",
+            "20",
+        ],
+        "",
+    )
+    .await;
+    let prefix = text(11, 4096);
+    let addr = s.router.addr;
+    // Warm one replica first.
+    let first = post(
+        addr,
+        "/v1/completions",
+        &completion(&format!("{prefix} warm"), 1),
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    let warm = first.replica();
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let body = completion(&format!("{prefix} burst {i}"), 10);
+        tasks.push(tokio::spawn(async move {
+            post(addr, "/v1/completions", &body).await
+        }));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut used = HashMap::<String, u32>::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        *used.entry(r.replica()).or_default() += 1;
+    }
+    assert!(
+        used.len() >= 3,
+        "a hot prefix should spill under load: {used:?}"
+    );
+    assert!(
+        used[&warm] < 28,
+        "the warm replica took nearly everything: {used:?}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_replica_stops_getting_traffic() {
+    let sim = sim(&["--replicas", "3"]).await;
+    let mut addrs = sim.addrs();
+    // A fourth replica that was never up: a port that was bound once and released.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    addrs.push(closed);
+    let router = router(&config_yaml("tiny", &addrs, "")).await;
+    wait_ready(router.admin_addr).await;
+    let addr = router.addr;
+
+    // r1 goes away while the router runs.
+    let r = post(
+        sim.addrs()[1],
+        "/admin/faults",
+        r#"{"refuse_connections": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let mut used = HashMap::<String, u32>::new();
+    for i in 0..40 {
+        let r = post(
+            addr,
+            "/v1/completions",
+            &completion(&text(500 + i, 1024), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        *used.entry(r.replica()).or_default() += 1;
+    }
+    assert!(
+        !used.contains_key("r1") && !used.contains_key("r3"),
+        "{used:?}"
+    );
+    assert!(used.len() == 2, "{used:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let ready = get(router.admin_addr, "/readyz").await.unwrap();
+        if ready.body.contains("tiny: 2/4") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", ready.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = router_metrics(router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r1")]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r3")]),
+        0.0,
+        "{m}"
+    );
+
+    // It comes back: traffic returns once its scrape succeeds.
+    let r1 = sim.fleet.replicas[1].clone();
+    r1.faults.send_replace(Default::default());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ready = get(router.admin_addr, "/readyz").await.unwrap();
+        if ready.body.contains("tiny: 3/4") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", ready.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    router.shutdown().await;
+    drop(sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predicted_ttft_learns_which_replica_is_faster() {
+    // r0 prefills four times as fast as r1. Requests come one at a time (no queue, no shared
+    // prefix), so only what the router learned from observed TTFTs can tell the replicas apart.
+    // The prior is optimistic (cheaper than either replica), so a replica not yet observed
+    // looks best and gets tried: that is how the router explores.
+    let s = Setup::new(
+        &["--replicas", "2", "--replica-speeds", "4,1"],
+        "predictor:\n  per_token_s: 0.000001\n",
+    )
+    .await;
+    let mut used = HashMap::<String, u32>::new();
+    for i in 0..30 {
+        let body = serde_json::json!({
+            "model": "tiny", "stream": true, "max_tokens": 1, "prompt": text(9000 + i, 8192)
+        })
+        .to_string();
+        let r = post(s.router.addr, "/v1/completions", &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        *used.entry(r.replica()).or_default() += 1;
+    }
+    let fast = used.get("r0").copied().unwrap_or(0);
+    assert!(
+        fast >= 22,
+        "the 4x faster replica should get most requests: {used:?}"
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    let cost = |r: &str| {
+        metric(
+            &m,
+            "warmpath_replica_prefill_seconds_per_token",
+            &[("replica", r)],
+        )
+    };
+    assert!(
+        cost("r0") < cost("r1"),
+        "learned costs r0={} r1={}",
+        cost("r0"),
+        cost("r1")
+    );
+    s.stop().await;
+}

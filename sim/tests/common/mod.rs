@@ -1,0 +1,106 @@
+//! Helpers for the loopback integration tests: start a simulator in-process, talk HTTP to it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use warmpath_sim::{Cli, SimHandle};
+
+pub async fn sim(args: &[&str]) -> SimHandle {
+    let mut all = vec!["warmpath-sim", "--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let cli = Cli::try_parse_from(all).expect("flags");
+    warmpath_sim::start(&cli).await.expect("start")
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<Reply, String> {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let fut = async {
+        let resp = client()
+            .request(req)
+            .await
+            .map_err(|e| format!("request: {e:?}"))?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e:?}"))?
+            .to_bytes();
+        Ok(Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| "timed out".to_string())?
+}
+
+pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    request(addr, "POST", path, body).await.expect("request")
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    request(addr, "GET", path, "").await.expect("request")
+}
+
+/// The value of an unlabelled-beyond-engine/model metric line, e.g. `vllm:prefix_cache_hits_total`.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+pub async fn metrics(addr: SocketAddr) -> String {
+    get(addr, "/metrics").await.body
+}
+
+/// SSE `data:` payloads of a stream body.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A long prompt sharing `shared` leading characters with others of the same seed.
+pub fn prompt(shared: &str, tail: &str, repeat: usize) -> String {
+    format!("{}{}", shared.repeat(repeat), tail)
+}
