@@ -305,6 +305,7 @@ impl Scheduler {
             return None;
         }
         let mut rng = SplitMix(rng_seed);
+        let ttft = Predictor::new(request, candidates);
         let (mut index, mut reason) = match self.config.policy {
             Policy::RoundRobin => ((rng_seed % candidates.len() as u64) as usize, "round_robin"),
             Policy::LeastLoad => (least_load(candidates, &mut rng), "least_load"),
@@ -313,13 +314,13 @@ impl Scheduler {
                 "weighted_score",
             ),
             Policy::PredictedTtft => (
-                min_ttft(request, candidates, None, &mut rng).unwrap_or(0),
+                min_ttft(&ttft, candidates, None, &mut rng).unwrap_or(0),
                 "predicted_ttft",
             ),
         };
         let mut spilled = false;
         if matches!(self.config.policy, Policy::Prefix | Policy::PredictedTtft) {
-            if let Some(alt) = self.hotspot_spill(request, candidates, index, &mut rng) {
+            if let Some(alt) = self.hotspot_spill(&ttft, candidates, index, &mut rng) {
                 index = alt;
                 spilled = true;
                 reason = "hotspot_spill";
@@ -330,7 +331,7 @@ impl Scheduler {
             index,
             replica: chosen.id,
             matched_blocks: chosen.matched_blocks,
-            predicted_ttft_s: predicted_ttft(request, chosen),
+            predicted_ttft_s: ttft.of(chosen),
             spilled,
             reason,
         })
@@ -341,7 +342,7 @@ impl Scheduler {
     /// predicted within `spill_factor` of `best`'s TTFT.
     fn hotspot_spill(
         &self,
-        request: &RequestView,
+        ttft: &Predictor<'_>,
         candidates: &[ReplicaView<'_>],
         best: usize,
         rng: &mut SplitMix,
@@ -355,22 +356,53 @@ impl Scheduler {
         if wait <= guard.max_wait_s {
             return None;
         }
-        let alt = min_ttft(request, candidates, Some((best, wait)), rng)?;
-        let best_ttft = predicted_ttft(request, b);
-        let alt_ttft = predicted_ttft(request, &candidates[alt]);
+        let alt = min_ttft(ttft, candidates, Some((best, wait)), rng)?;
+        let best_ttft = ttft.of(b);
+        let alt_ttft = ttft.of(&candidates[alt]);
         (alt_ttft <= guard.spill_factor * best_ttft).then_some(alt)
     }
 }
 
-fn predicted_ttft(request: &RequestView, c: &ReplicaView<'_>) -> f64 {
-    c.ttft
-        .predict(request.uncached_tokens(c.matched_blocks), c.queued_ahead())
+/// Predicted TTFT per candidate, optimistic about replicas it has not seen answer yet.
+///
+/// A replica with no observed TTFT only has the prior, which is usually pessimistic next to what
+/// faster replicas have shown; left alone, argmin would never try it and a fast newcomer in a
+/// mixed fleet would get no traffic. So an unobserved replica is predicted as the most
+/// optimistic of its prior and the fastest learned model among the candidates (optimism in the
+/// face of uncertainty): it gets tried, and its own observations take over from then on.
+struct Predictor<'a> {
+    request: &'a RequestView,
+    fastest_learned: Option<&'a TtftModel>,
+}
+
+impl<'a> Predictor<'a> {
+    fn new(request: &'a RequestView, candidates: &'a [ReplicaView<'a>]) -> Self {
+        let fastest_learned = candidates
+            .iter()
+            .map(|c| c.ttft)
+            .filter(|m| m.observations() > 0)
+            .min_by(|a, b| a.per_token_s().total_cmp(&b.per_token_s()));
+        Self {
+            request,
+            fastest_learned,
+        }
+    }
+
+    fn of(&self, c: &ReplicaView<'_>) -> f64 {
+        let uncached = self.request.uncached_tokens(c.matched_blocks);
+        let queued = c.queued_ahead();
+        let own = c.ttft.predict(uncached, queued);
+        match self.fastest_learned {
+            Some(m) if c.ttft.observations() == 0 => own.min(m.predict(uncached, queued)),
+            _ => own,
+        }
+    }
 }
 
 /// Argmin of predicted TTFT; with `exclude = Some((i, wait))`, over candidates other than `i`
 /// whose predicted wait is below `wait`.
 fn min_ttft(
-    request: &RequestView,
+    ttft: &Predictor<'_>,
     candidates: &[ReplicaView<'_>],
     exclude: Option<(usize, f64)>,
     rng: &mut SplitMix,
@@ -382,7 +414,7 @@ fn min_ttft(
                 continue;
             }
         }
-        best.offer_min(i, predicted_ttft(request, c), rng);
+        best.offer_min(i, ttft.of(c), rng);
     }
     best.get()
 }
@@ -692,6 +724,34 @@ mod tests {
                 .replica,
             0
         );
+    }
+
+    #[test]
+    fn an_unobserved_replica_is_tried_when_the_observed_one_beats_the_prior() {
+        // The observed replica learned 10 µs/token, well under the prior's 50 µs: judged by its
+        // prior alone, the new replica would never be picked. Optimism makes it look as fast
+        // as the fastest learned one, so the lighter queue decides.
+        let learned = trained(0.000_01);
+        let fresh = TtftModel::default();
+        assert!(fresh.predict(8192, 0.0) > learned.predict(8192, 1.0));
+        let cands = [
+            view(0, 1, engine(1.0, 0.0, 0.2), 0, &learned),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &fresh),
+        ];
+        let d = sched(Policy::PredictedTtft)
+            .decide(&request(), &cands, 3)
+            .unwrap();
+        assert_eq!(d.replica, 1, "{d:?}");
+        // Once it has answered, its own model takes over: here a slow one loses again.
+        let slow = trained(0.000_4);
+        let cands = [
+            view(0, 1, engine(1.0, 0.0, 0.2), 0, &learned),
+            view(1, 0, engine(0.0, 0.0, 0.0), 0, &slow),
+        ];
+        let d = sched(Policy::PredictedTtft)
+            .decide(&request(), &cands, 3)
+            .unwrap();
+        assert_eq!(d.replica, 0, "{d:?}");
     }
 
     /// A mixed fleet in a small closed-loop simulation: each replica prefills at its own speed
