@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-datapath
+.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-datapath bench-routing
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -33,9 +33,15 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Data-path comparison against nginx and the SGLang gateway (needs nginx-light, wrk, sglang-router).
+## The side-by-side comparison on a simulator fleet (warmpath policies, the SGLang gateway, and the
+## data-path suite against nginx); writes bench/results/*.json and regenerates BENCHMARKS.md.
+bench:
+	bash bench/compare.sh
+
+## Data-path comparison only (needs nginx-light, wrk, sglang-router).
 bench-datapath:
 	bash bench/datapath.sh
 
-bench: bench-datapath
+## The routing core's criterion benchmarks (decision time, hashing).
+bench-routing:
 	$(CARGO) bench -p warmpath-routing

@@ -40,7 +40,7 @@ fn text(status: StatusCode, body: String) -> Response<RespBody> {
     resp
 }
 
-fn readiness(shared: &Shared) -> Response<RespBody> {
+pub(crate) fn readiness(shared: &Shared) -> Response<RespBody> {
     let table = shared.table();
     let now = Instant::now();
     let mut any = false;

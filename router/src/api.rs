@@ -51,7 +51,10 @@ where
             );
             Ok(resp)
         }
-        (Some(_), m, p) | (None, m, p @ "/v1/models") => {
+        // vLLM answers `/health` on its API port and OpenAI-compatible tools (guidellm, the
+        // SGLang gateway) probe it before sending load: answer it as readiness does.
+        (None, &Method::GET, "/health") => Ok(crate::admin::readiness(&shared)),
+        (Some(_), m, p) | (None, m, p @ ("/v1/models" | "/health")) => {
             Err((ApiError::method_not_allowed(m, p), String::new()))
         }
         (None, _, p) => Err((ApiError::not_found(p), String::new())),

@@ -204,5 +204,7 @@ async fn unreachable_replicas_give_502_then_503() {
     assert_eq!(r.header("retry-after"), Some("1"));
     let ready = get(router.admin_addr, "/readyz").await.unwrap();
     assert_eq!(ready.status, 503, "{}", ready.body);
+    let health = get(router.addr, "/health").await.unwrap();
+    assert_eq!(health.status, 503, "{}", health.body);
     router.shutdown().await;
 }

@@ -40,6 +40,10 @@ async fn completions_pass_through_with_headers() {
     let m = get(addr, "/v1/models").await.unwrap();
     assert_eq!(m.status, 200);
     assert_eq!(m.json()["data"][0]["id"], "tiny");
+
+    // `/health` on the API port, as vLLM serves it, for tools that probe it first.
+    let h = get(addr, "/health").await.unwrap();
+    assert_eq!(h.status, 200, "{}", h.body);
     s.stop().await;
 }
 
