@@ -1,3 +1,5 @@
+//! Unit tests of configuration parsing: every error names its line and field.
+
 use super::*;
 
 const MINIMAL: &str = "\

@@ -1,3 +1,5 @@
+//! Unit tests of request parsing: the routing fields, chat canonicalisation and every bad input.
+
 use super::*;
 use http::HeaderMap;
 
