@@ -415,7 +415,7 @@ async fn service_account_tokens_get_least_privilege() {
                     "InferenceReplica",
                     "inferencereplicas",
                     "llama-vllm-0",
-                    json!({"url": "http://10.0.0.1:8000"}),
+                    json!({"pool": "llama", "address": "10.0.0.1", "port": 8000}),
                 ),
             )
             .await,
@@ -426,7 +426,7 @@ async fn service_account_tokens_get_least_privilege() {
             .patch(
                 "llama-vllm-0",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"url": "http://10.0.0.2:8000"}})),
+                &Patch::Merge(json!({"spec": {"address": "10.0.0.2"}})),
             )
             .await,
     );
@@ -436,7 +436,7 @@ async fn service_account_tokens_get_least_privilege() {
             .patch_status(
                 "llama-vllm-0",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"ready": true}})),
+                &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
             )
             .await,
     );
@@ -456,7 +456,7 @@ async fn service_account_tokens_get_least_privilege() {
             .patch_status(
                 "acme",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"keys": 1}})),
+                &Patch::Merge(json!({"status": {"apiKeys": 1}})),
             )
             .await,
     );

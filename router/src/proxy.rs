@@ -226,6 +226,7 @@ pub struct TrackedBody {
 impl TrackedBody {
     fn on_first_chunk(&mut self) {
         self.first_seen = true;
+        self.completion.routed.guard.prefill_done();
         let c = &self.completion;
         let ttfb = c.forwarded.elapsed();
         c.routed
@@ -235,7 +236,7 @@ impl TrackedBody {
             .observe(ttfb.as_secs_f64());
         if c.learn_ttft && c.status < 300 {
             c.routed.candidate.replica.ttft.lock().observe(
-                c.routed.uncached_tokens,
+                c.routed.prefill_tokens,
                 c.routed.queued_ahead,
                 ttfb.as_secs_f64(),
             );

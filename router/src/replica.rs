@@ -33,6 +33,8 @@ pub struct ReplicaState {
     pub authority: http::uri::Authority,
     inflight_requests: AtomicU32,
     inflight_tokens: AtomicU64,
+    /// Uncached prompt tokens of in-flight requests that have no first token yet.
+    pending_prefill: AtomicU64,
     engine: Mutex<Option<(EngineLoad, Instant)>>,
     pub health: Health,
     pub ttft: Mutex<TtftModel>,
@@ -57,6 +59,7 @@ impl ReplicaState {
             authority,
             inflight_requests: AtomicU32::new(0),
             inflight_tokens: AtomicU64::new(0),
+            pending_prefill: AtomicU64::new(0),
             engine: Mutex::new(None),
             health: Health::default(),
             ttft: Mutex::new(TtftModel::new(prior)),
@@ -72,6 +75,10 @@ impl ReplicaState {
 
     pub fn inflight_tokens(&self) -> u64 {
         self.inflight_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.pending_prefill.load(Ordering::Relaxed)
     }
 
     /// Engine load from the last scrape, or `None` when it is older than `stale_after`.
@@ -109,18 +116,35 @@ impl ReplicaState {
     }
 }
 
-/// Holds a replica's in-flight counters up for as long as a request is in flight.
+/// Holds a replica's in-flight counters up for as long as a request is in flight, and its
+/// pending-prefill count until the request's first token (or its end, whichever comes first).
 #[derive(Debug)]
 pub struct InflightGuard {
     replica: Arc<ReplicaState>,
     tokens: u64,
+    prefill: u64,
 }
 
 impl InflightGuard {
-    pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+    pub fn new(replica: Arc<ReplicaState>, tokens: u64, prefill: u64) -> Self {
         replica.inflight_requests.fetch_add(1, Ordering::Relaxed);
         replica.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
-        Self { replica, tokens }
+        replica
+            .pending_prefill
+            .fetch_add(prefill, Ordering::Relaxed);
+        Self {
+            replica,
+            tokens,
+            prefill,
+        }
+    }
+
+    /// The first token arrived: the replica has done this request's prefill.
+    pub fn prefill_done(&mut self) {
+        let done = std::mem::take(&mut self.prefill);
+        self.replica
+            .pending_prefill
+            .fetch_sub(done, Ordering::Relaxed);
     }
 
     pub fn replica(&self) -> &Arc<ReplicaState> {
@@ -136,6 +160,7 @@ impl Drop for InflightGuard {
         self.replica
             .inflight_tokens
             .fetch_sub(self.tokens, Ordering::Relaxed);
+        self.prefill_done();
     }
 }
 
@@ -216,5 +241,36 @@ impl ReplicaRegistry {
             change.added.push(state);
         }
         change
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_releases_pending_prefill_at_first_token_and_the_rest_at_drop() {
+        let replica = Arc::new(ReplicaState::new(
+            0,
+            "r0",
+            "http://127.0.0.1:1",
+            http::uri::Authority::from_static("127.0.0.1:1"),
+            TtftPrior::default(),
+        ));
+        let mut a = InflightGuard::new(replica.clone(), 300, 100);
+        let b = InflightGuard::new(replica.clone(), 50, 20);
+        assert_eq!(replica.pending_prefill_tokens(), 120);
+        a.prefill_done();
+        a.prefill_done();
+        assert_eq!(replica.pending_prefill_tokens(), 20);
+        assert_eq!(replica.inflight_requests(), 2);
+        drop(b);
+        assert_eq!(replica.pending_prefill_tokens(), 0);
+        assert_eq!(replica.inflight_tokens(), 300);
+        drop(a);
+        assert_eq!(
+            (replica.inflight_requests(), replica.inflight_tokens()),
+            (0, 0)
+        );
     }
 }

@@ -23,6 +23,9 @@ pub struct Routed {
     pub uncached_tokens: u32,
     /// Requests ahead of this one on the replica when it was chosen (for the TTFT model).
     pub queued_ahead: f64,
+    /// Prefill tokens the TTFT model was asked about: this request's uncached tokens plus the
+    /// prefill still pending ahead of it on the replica (learned from with the same inputs).
+    pub prefill_tokens: u32,
     pub guard: InflightGuard,
 }
 
@@ -59,7 +62,7 @@ pub fn choose(
     };
     let seed = shared.next_seed();
     let mut matched = vec![0u32; ready.len()];
-    let (decision, queued_ahead) = {
+    let (decision, queued_ahead, prefill_tokens) = {
         let mut index = shared.index.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
         let views: Vec<ReplicaView<'_>> = ready
@@ -72,6 +75,7 @@ pub fn choose(
                 inflight_tokens: c.replica.inflight_tokens(),
                 engine: c.replica.engine_load(now, table.stale_after),
                 matched_blocks,
+                pending_prefill_tokens: c.replica.pending_prefill_tokens(),
                 ttft,
             })
             .collect();
@@ -81,8 +85,10 @@ pub fn choose(
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
         index.on_routed(decision.replica, hashes);
         // The predictor must learn from the same inputs it predicted with.
-        let queued_ahead = views[decision.index].queued_ahead();
-        (decision, queued_ahead)
+        let chosen = &views[decision.index];
+        let prefill_tokens =
+            chosen.prefill_tokens(request.uncached_tokens(decision.matched_blocks));
+        (decision, chosen.queued_ahead(), prefill_tokens)
     };
     let candidate = ready[decision.index].clone();
     let uncached_tokens = request.uncached_tokens(decision.matched_blocks);
@@ -92,6 +98,7 @@ pub fn choose(
     let guard = InflightGuard::new(
         candidate.replica.clone(),
         prompt_tokens as u64 + max_tokens as u64,
+        u64::from(uncached_tokens),
     );
     Ok(Routed {
         candidate,
@@ -99,6 +106,7 @@ pub fn choose(
         prompt_tokens,
         uncached_tokens,
         queued_ahead,
+        prefill_tokens,
         guard,
     })
 }

@@ -60,6 +60,7 @@ impl Router {
                 inflight_tokens: 0,
                 engine: None,
                 matched_blocks: self.matched[i],
+                pending_prefill_tokens: 0,
                 ttft: &self.models[i],
             })
             .collect();

@@ -158,6 +158,7 @@ impl Fleet {
                 inflight_tokens: u64::from(self.inflight[i]) * 4096,
                 engine: self.engine[i],
                 matched_blocks: self.matched[i],
+                pending_prefill_tokens: u64::from(self.inflight[i]) * 1024,
                 ttft: &self.models[i],
             })
             .collect();

@@ -1,0 +1,440 @@
+//! The generated CRDs (crds/, from api/) on the real API server: valid objects are accepted and
+//! defaulted, `kubectl get` shows the printer columns and short names work, statuses are
+//! written through the status subresource, and invalid objects are rejected with messages that
+//! say what to fix.
+//!
+//! CRDs are cluster-scoped and shared with the other e2e tests running at the same time: they
+//! are applied with server-side apply under one field manager, which is idempotent, and never
+//! deleted.
+
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{json, Value};
+use warmpath_e2e::{list_yaml_files, repo_root, run, TestCluster, TestNamespace};
+
+const KINDS: [(&str, &str); 3] = [
+    ("InferencePool", "inferencepools"),
+    ("InferenceReplica", "inferencereplicas"),
+    ("TenantPolicy", "tenantpolicies"),
+];
+
+fn resource(kind: &str) -> ApiResource {
+    let plural = KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, p)| *p)
+        .expect("a warmpath kind");
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("warmpath.dev", "v1alpha1", kind),
+        plural,
+    )
+}
+
+fn api(ns: &TestNamespace, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(ns.client(), ns.name(), &resource(kind))
+}
+
+fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    DynamicObject::new(name, &resource(kind)).data(json!({ "spec": spec }))
+}
+
+/// Applies the repository's generated CRDs and waits until they are served.
+fn apply_crds(cluster: &TestCluster) {
+    let files = list_yaml_files(&repo_root().join("crds")).expect("crds/");
+    assert_eq!(
+        files.len(),
+        3,
+        "crds/ holds the three generated CRDs (run `cargo run -p warmpath-api --bin warmpath-crdgen`)"
+    );
+    for file in files {
+        run(
+            cluster
+                .kubectl()
+                .args([
+                    "apply",
+                    "--server-side",
+                    "--field-manager=warmpath-e2e",
+                    "-f",
+                ])
+                .arg(&file),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("apply {}: {e}", file.display()));
+    }
+    for (_, plural) in KINDS {
+        run(
+            cluster
+                .kubectl()
+                .args(["wait", "--for=condition=Established", "--timeout=30s"])
+                .arg(format!("crd/{plural}.warmpath.dev")),
+            None,
+        )
+        .expect("CRD established");
+    }
+}
+
+fn kubectl_get(ns: &TestNamespace, what: &str) -> String {
+    let out = run(
+        ns.cluster().kubectl().args(["get", what, "-n", ns.name()]),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("kubectl get {what}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The header line and the row of `name` in `kubectl get` output.
+fn row(table: &str, name: &str) -> (String, String) {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default().to_owned();
+    let line = lines
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in:\n{table}"));
+    (header, line.to_owned())
+}
+
+/// A cell of a `kubectl get` row: kubectl aligns every cell under its header, and cells may be
+/// empty (an absent optional field), so columns are cut by the headers' positions.
+fn column(table: &(String, String), name: &str) -> String {
+    let (header, line) = table;
+    let starts: Vec<usize> = header
+        .match_indices(|c: char| !c.is_whitespace())
+        .filter(|(i, _)| *i == 0 || header.as_bytes()[i - 1] == b' ')
+        .map(|(i, _)| i)
+        .collect();
+    let k = starts
+        .iter()
+        .position(|&i| header[i..].split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    let end = starts
+        .get(k + 1)
+        .copied()
+        .unwrap_or(line.len())
+        .min(line.len());
+    line.get(starts[k]..end).unwrap_or("").trim().to_owned()
+}
+
+#[tokio::test]
+async fn valid_objects_are_accepted_defaulted_and_listed() {
+    let Some(ns) = TestNamespace::create("crds-valid").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let pp = PostParams::default();
+
+    let pool = api(&ns, "InferencePool")
+        .create(
+            &pp,
+            &object(
+                "InferencePool",
+                "llama",
+                json!({"models": ["llama"], "selector": {"app": "vllm"}, "targetPort": 8000}),
+            ),
+        )
+        .await
+        .expect("a minimal pool is accepted");
+    // Defaults come from the schema: the stored object says what the router will do.
+    assert_eq!(pool.data["spec"]["role"], "both");
+    assert_eq!(pool.data["spec"]["engine"], "vllm");
+    assert_eq!(pool.data["spec"]["metrics"]["path"], "/metrics");
+    assert_eq!(
+        pool.data["spec"]["scheduling"]["weights"],
+        json!({"prefix": 3, "load": 1, "queue": 2, "kvCache": 2})
+    );
+    api(&ns, "InferencePool")
+        .create(
+            &pp,
+            &object(
+                "InferencePool",
+                "llama-prefill",
+                json!({
+                    "models": ["llama"], "role": "prefill", "engine": "sglang",
+                    "kvEvents": {"port": 5557},
+                    "scheduling": {"weights": {"prefix": 1, "load": 0, "queue": 0, "kvCache": 0}}
+                }),
+            ),
+        )
+        .await
+        .expect("a pool of hand-written replicas (no selector) is accepted");
+
+    for (name, address) in [
+        ("tpu-vm", "10.20.0.7"),
+        ("v6", "fd00::7"),
+        ("dns", "vm-3.example.com"),
+    ] {
+        api(&ns, "InferenceReplica")
+            .create(
+                &pp,
+                &object(
+                    "InferenceReplica",
+                    name,
+                    json!({"pool": "llama-prefill", "address": address, "port": 30000, "role": "prefill"}),
+                ),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("replica at {address}: {e}"));
+    }
+    let tenant = api(&ns, "TenantPolicy")
+        .create(
+            &pp,
+            &object(
+                "TenantPolicy",
+                "acme",
+                json!({"apiKeySecretRef": {"name": "acme-keys"}, "limits": {"requestsPerSecond": 10, "burst": 20}}),
+            ),
+        )
+        .await
+        .expect("tenant");
+    assert_eq!(tenant.data["spec"]["weight"], 1);
+    assert_eq!(tenant.data["spec"]["priority"], 0);
+    assert_eq!(tenant.data["spec"]["sheddable"], false);
+
+    // The controller's status write, through the status subresource.
+    let status = json!({"status": {
+    "observedGeneration": 1, "replicas": 2, "readyReplicas": 2,
+    "conditions": [
+        {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Ready", "status": "True", "reason": "Ready", "message": "2 of 2 replicas ready",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ]}});
+    api(&ns, "InferencePool")
+        .patch_status("llama", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("pool status");
+    api(&ns, "InferenceReplica")
+        .patch_status(
+            "tpu-vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "Unhealthy",
+                 "message": "GET http://10.20.0.7:30000/health failed: connection refused",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .expect("replica status");
+    let bad_status = api(&ns, "InferencePool")
+        .patch_status(
+            "llama",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"readyReplicas": "two"}})),
+        )
+        .await
+        .expect_err("a malformed status is rejected");
+    assert!(
+        bad_status.to_string().contains("readyReplicas"),
+        "{bad_status}"
+    );
+
+    // kubectl get: printer columns, through short names and the category.
+    let pools = kubectl_get(&ns, "ipool");
+    let llama = row(&pools, "llama");
+    assert_eq!(column(&llama, "MODELS"), r#"["llama"]"#, "{pools}");
+    assert_eq!(column(&llama, "ROLE"), "both", "{pools}");
+    assert_eq!(column(&llama, "ENGINE"), "vllm", "{pools}");
+    assert_eq!(column(&llama, "READY"), "2", "{pools}");
+    let prefill = row(&pools, "llama-prefill");
+    assert_eq!(column(&prefill, "ROLE"), "prefill", "{pools}");
+    let replicas = kubectl_get(&ns, "irep");
+    let vm = row(&replicas, "tpu-vm");
+    assert_eq!(column(&vm, "POOL"), "llama-prefill", "{replicas}");
+    assert_eq!(column(&vm, "ADDRESS"), "10.20.0.7", "{replicas}");
+    assert_eq!(column(&vm, "PORT"), "30000", "{replicas}");
+    assert_eq!(column(&vm, "ROLE"), "prefill", "{replicas}");
+    assert_eq!(column(&vm, "READY"), "False", "{replicas}");
+    let tenants = kubectl_get(&ns, "tpol");
+    let acme = row(&tenants, "acme");
+    assert_eq!(column(&acme, "WEIGHT"), "1", "{tenants}");
+    let all = kubectl_get(&ns, "warmpath");
+    for name in [
+        "inferencepool.warmpath.dev/llama",
+        "inferencereplica.warmpath.dev/dns",
+        "tenantpolicy.warmpath.dev/acme",
+    ] {
+        assert!(
+            all.contains(name),
+            "`kubectl get warmpath` lists {name}:\n{all}"
+        );
+    }
+    ns.finish();
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_with_clear_messages() {
+    let Some(ns) = TestNamespace::create("crds-invalid").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    // (kind, spec, what the API server's answer must say)
+    let cases: Vec<(&str, Value, &[&str])> = vec![
+        (
+            "InferencePool",
+            json!({}),
+            &["spec.models", "Required value"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": []}),
+            &["spec.models", "at least 1"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a", "a"]}),
+            &["spec.models[1]", "Duplicate value"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "selector": {"app": "vllm"}}),
+            &["spec.targetPort", "required when spec.selector is set"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "selector": {}, "targetPort": 8000}),
+            &["spec.selector", "would select every pod"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "role": "Prefill", "engine": "trt"}),
+            &[
+                r#"spec.role: Unsupported value: "Prefill""#,
+                r#""prefill""#,
+                r#"spec.engine: Unsupported value: "trt""#,
+                r#""sglang""#,
+            ],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "targetPort": 0}),
+            &["spec.targetPort", "greater than or equal to 1"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "metrics": {"path": "metrics"}}),
+            &["spec.metrics.path", "starting with '/'"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "scheduling": {"weights": {"prefix": 0, "load": 0, "queue": 0, "kvCache": 0}}}),
+            &["spec.scheduling.weights", "at least one score"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a"], "kvEvents": {"topic": "kv"}}),
+            &["spec.kvEvents.port", "Required value"],
+        ),
+        (
+            "InferenceReplica",
+            json!({"pool": "llama", "address": "http://10.0.0.1:8000", "port": 8000}),
+            &["spec.address", "without scheme or port"],
+        ),
+        (
+            "InferenceReplica",
+            json!({"pool": "Llama_1", "address": "10.0.0.1", "port": 70000}),
+            &[
+                "spec.pool",
+                "name of an InferencePool",
+                "spec.port",
+                "less than or equal to 65535",
+            ],
+        ),
+        (
+            "InferenceReplica",
+            json!({"address": "10.0.0.1"}),
+            &["spec.pool: Required value", "spec.port: Required value"],
+        ),
+        (
+            "InferenceReplica",
+            json!({"pool": "llama", "address": "10.0.0.1", "port": 8000, "role": "encode"}),
+            &["spec.role", r#""decode""#],
+        ),
+        (
+            "TenantPolicy",
+            json!({"weight": 0, "priority": 5000}),
+            &[
+                "spec.weight",
+                "greater than or equal to 1",
+                "spec.priority",
+                "less than or equal to 1000",
+            ],
+        ),
+        (
+            "TenantPolicy",
+            json!({"limits": {"burst": 5}}),
+            &["spec.limits", "burst needs limits.requestsPerSecond"],
+        ),
+        (
+            "TenantPolicy",
+            json!({"limits": {"burst": 5, "requestsPerSecond": 10}}),
+            &["spec.limits", "burst must be at least"],
+        ),
+        (
+            "TenantPolicy",
+            json!({"header": "team a", "apiKeySecretRef": {"name": "Keys", "key": "a/b"}}),
+            &[
+                "spec.header",
+                "printable ASCII",
+                "apiKeySecretRef.name",
+                "name of a Secret",
+                "apiKeySecretRef.key",
+                "Secret data key",
+            ],
+        ),
+        (
+            "TenantPolicy",
+            json!({"apiKeySecretRef": {"key": "k"}}),
+            &["spec.apiKeySecretRef.name", "Required value"],
+        ),
+    ];
+    let pp = PostParams::default();
+    for (i, (kind, spec, expected)) in cases.iter().enumerate() {
+        let name = format!("bad-{i}");
+        let err = match api(&ns, kind)
+            .create(&pp, &object(kind, &name, spec.clone()))
+            .await
+        {
+            Ok(_) => panic!("{kind} {spec} must be rejected"),
+            Err(kube::Error::Api(status)) => status,
+            Err(other) => panic!("{kind} {spec}: not an API answer: {other}"),
+        };
+        assert_eq!(err.code, 422, "{kind} {spec}: {err:?}");
+        for want in *expected {
+            assert!(
+                err.message.contains(want),
+                "{kind} {spec}: the answer must say {want:?}; it says: {}",
+                err.message
+            );
+        }
+    }
+
+    // Transition rule: a replica cannot move to another pool.
+    let replicas = api(&ns, "InferenceReplica");
+    replicas
+        .create(
+            &pp,
+            &object(
+                "InferenceReplica",
+                "vm",
+                json!({"pool": "llama", "address": "10.0.0.1", "port": 8000}),
+            ),
+        )
+        .await
+        .expect("valid replica");
+    let err = replicas
+        .patch(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pool": "other"}})),
+        )
+        .await
+        .expect_err("spec.pool is immutable");
+    assert!(err.to_string().contains("spec.pool is immutable"), "{err}");
+    replicas
+        .patch(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"port": 8001}})),
+        )
+        .await
+        .expect("other fields stay mutable");
+    ns.finish();
+}
