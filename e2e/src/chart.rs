@@ -1,9 +1,7 @@
 //! The Helm chart under test (deploy/helm/warmpath): a working copy with CRDs in it, rendered
 //! with `helm template` and read back as YAML documents.
-//!
-//! Until the repository has generated CRDs (crds/, from api/), the copy gets stand-ins from
-//! e2e/fixtures/crds/: the same group, kinds and names, with open schemas, so that the chart's
-//! CRD switch and RBAC can be exercised against real resources.
+//! The chart's CRDs (files/crds/) are the repository's generated ones (crds/, from api/), kept
+//! in sync by deploy/helm/sync-crds.sh; a test fails when they differ.
 
 use crate::cluster::{repo_root, run, TestCluster};
 use crate::error::E2eError;
@@ -13,7 +11,6 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Chart {
     dir: PathBuf,
-    stand_in_crds: bool,
 }
 
 impl Chart {
@@ -22,31 +19,15 @@ impl Chart {
         repo_root().join("deploy/helm/warmpath")
     }
 
-    /// Copies the chart into `scratch/warmpath`, adding stand-in CRDs when it has none.
+    /// Copies the chart into `scratch/warmpath`.
     pub fn prepare(scratch: &Path) -> Result<Chart, E2eError> {
         let dir = scratch.join("warmpath");
         copy_dir(&Self::source_dir(), &dir)?;
-        let crd_dir = dir.join("files/crds");
-        let has_crds = yaml_files(&crd_dir)?.next().is_some();
-        if !has_crds {
-            for src in yaml_files(&repo_root().join("e2e/fixtures/crds"))? {
-                let dst = crd_dir.join(src.file_name().expect("a file"));
-                std::fs::copy(&src, &dst).map_err(|e| E2eError::io(&dst, e))?;
-            }
-        }
-        Ok(Chart {
-            dir,
-            stand_in_crds: !has_crds,
-        })
+        Ok(Chart { dir })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Whether the CRDs are e2e's stand-ins (the repository has no generated CRDs yet).
-    pub fn uses_stand_in_crds(&self) -> bool {
-        self.stand_in_crds
     }
 
     /// `helm template <release> <chart> -n <namespace> <args…>`.

@@ -74,7 +74,7 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
     assert_eq!(code(r), 403, "{what}: expected 403 Forbidden");
 }
 
-/// Installs the CRDs the chart would install (the repository's, or e2e's stand-ins) once for
+/// Installs the CRDs the chart would install (the repository's generated ones) once for
 /// the cluster, outside any release, so that concurrent tests do not fight over their owner.
 fn install_crds(ns: &TestNamespace, chart: &Chart) {
     let cluster = ns.cluster();
