@@ -42,7 +42,7 @@ SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
 OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-neighbour"}
-OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-predicted-ttft sglang-cache-aware"}
+OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft sglang-cache-aware"}
 
 if [ "$PROFILE" = release ]; then BIN=target/release; BUILD=(--release); else BIN=target/debug; BUILD=(); fi
 say() { printf '\n== %s\n' "$*" >&2; }
