@@ -167,6 +167,36 @@ impl TestCluster {
         cmd
     }
 
+    /// Applies every CRD file in `dir` with server-side apply under one field manager (so that
+    /// concurrent tests agree on who owns these cluster-scoped objects) and waits until each is
+    /// established. Files are named `<plural>.<group>.yaml`, as `crds/` is. Returns the files.
+    pub fn apply_crds(&self, dir: &Path) -> Result<Vec<PathBuf>, E2eError> {
+        let files = crate::chart::list_yaml_files(dir)?;
+        for file in &files {
+            run(
+                self.kubectl()
+                    .args([
+                        "apply",
+                        "--server-side",
+                        "--field-manager=warmpath-e2e",
+                        "-f",
+                    ])
+                    .arg(file),
+                None,
+            )?;
+        }
+        for file in &files {
+            let name = file.file_stem().unwrap_or_default().to_string_lossy();
+            run(
+                self.kubectl()
+                    .args(["wait", "--for=condition=Established", "--timeout=30s"])
+                    .arg(format!("crd/{name}")),
+                None,
+            )?;
+        }
+        Ok(files)
+    }
+
     /// An admin client.
     pub async fn client(&self) -> Result<kube::Client, E2eError> {
         client_from_kubeconfig(&self.kubeconfig).await

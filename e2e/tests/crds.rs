@@ -11,7 +11,7 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{json, Value};
-use warmpath_e2e::{list_yaml_files, repo_root, run, TestCluster, TestNamespace};
+use warmpath_e2e::{repo_root, run, TestCluster, TestNamespace};
 
 const KINDS: [(&str, &str); 3] = [
     ("InferencePool", "inferencepools"),
@@ -41,37 +41,14 @@ fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
 
 /// Applies the repository's generated CRDs and waits until they are served.
 fn apply_crds(cluster: &TestCluster) {
-    let files = list_yaml_files(&repo_root().join("crds")).expect("crds/");
+    let files = cluster
+        .apply_crds(&repo_root().join("crds"))
+        .unwrap_or_else(|e| panic!("apply crds/: {e}"));
     assert_eq!(
         files.len(),
         3,
         "crds/ holds the three generated CRDs (run `cargo run -p warmpath-api --bin warmpath-crdgen`)"
     );
-    for file in files {
-        run(
-            cluster
-                .kubectl()
-                .args([
-                    "apply",
-                    "--server-side",
-                    "--field-manager=warmpath-e2e",
-                    "-f",
-                ])
-                .arg(&file),
-            None,
-        )
-        .unwrap_or_else(|e| panic!("apply {}: {e}", file.display()));
-    }
-    for (_, plural) in KINDS {
-        run(
-            cluster
-                .kubectl()
-                .args(["wait", "--for=condition=Established", "--timeout=30s"])
-                .arg(format!("crd/{plural}.warmpath.dev")),
-            None,
-        )
-        .expect("CRD established");
-    }
 }
 
 fn kubectl_get(ns: &TestNamespace, what: &str) -> String {

@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::Client;
 use serde_json::json;
-use warmpath_e2e::{list_yaml_files, run, Chart, TestNamespace, OWNER_LABEL};
+use warmpath_e2e::{run, Chart, TestNamespace, OWNER_LABEL};
 
 const RELEASE: &str = "wp";
 const ROUTER: &str = "wp-warmpath-router";
@@ -77,32 +77,9 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
 /// Installs the CRDs the chart would install (the repository's generated ones) once for
 /// the cluster, outside any release, so that concurrent tests do not fight over their owner.
 fn install_crds(ns: &TestNamespace, chart: &Chart) {
-    let cluster = ns.cluster();
-    for file in list_yaml_files(&chart.dir().join("files/crds")).expect("CRD files") {
-        run(
-            cluster
-                .kubectl()
-                .args([
-                    "apply",
-                    "--server-side",
-                    "--field-manager=warmpath-e2e",
-                    "-f",
-                ])
-                .arg(&file),
-            None,
-        )
+    ns.cluster()
+        .apply_crds(&chart.dir().join("files/crds"))
         .expect("apply CRDs");
-    }
-    for plural in ["inferencepools", "inferencereplicas", "tenantpolicies"] {
-        run(
-            cluster
-                .kubectl()
-                .args(["wait", "--for=condition=Established", "--timeout=30s"])
-                .arg(format!("crd/{plural}.warmpath.dev")),
-            None,
-        )
-        .expect("CRD established");
-    }
 }
 
 /// `helm install wp` into the test namespace; cluster-scoped objects carry the owner label so
