@@ -128,25 +128,35 @@ echo $! >"$run/etcd.pid"
 # --- kube-apiserver --------------------------------------------------------------------------
 api_port=$(free_port)
 while [ "$api_port" = "$etcd_port" ] || [ "$api_port" = "$etcd_peer_port" ]; do api_port=$(free_port); done
-setsid "$bin/kube-apiserver" \
-  --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 \
-  --advertise-address 127.0.0.1 \
-  --endpoint-reconciler-type none \
-  --secure-port "$api_port" \
-  --tls-cert-file "$pki/apiserver.crt" \
-  --tls-private-key-file "$pki/apiserver.key" \
-  --client-ca-file "$pki/ca.crt" \
-  --token-auth-file "$pki/tokens.csv" \
-  --authorization-mode RBAC \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file "$pki/sa.pub" \
-  --service-account-signing-key-file "$pki/sa.key" \
-  --service-cluster-ip-range 10.96.0.0/16 \
-  --allow-privileged=true \
-  --profiling=false \
-  --cert-dir "$run/apiserver-certs" \
-  </dev/null >"$run/kube-apiserver.log" 2>&1 8>&- &
+# The launch command is kept in a script so that restart-apiserver.sh can stop and start the
+# API server alone (tests of clients that must survive an API-server outage).
+apiserver_args=(
+  --etcd-servers "http://127.0.0.1:$etcd_port"
+  --bind-address 127.0.0.1
+  --advertise-address 127.0.0.1
+  --endpoint-reconciler-type none
+  --secure-port "$api_port"
+  --tls-cert-file "$pki/apiserver.crt"
+  --tls-private-key-file "$pki/apiserver.key"
+  --client-ca-file "$pki/ca.crt"
+  --token-auth-file "$pki/tokens.csv"
+  --authorization-mode RBAC
+  --service-account-issuer https://kubernetes.default.svc.cluster.local
+  --service-account-key-file "$pki/sa.pub"
+  --service-account-signing-key-file "$pki/sa.key"
+  --service-cluster-ip-range 10.96.0.0/16
+  --allow-privileged=true
+  --profiling=false
+  --cert-dir "$run/apiserver-certs"
+)
+{
+  echo '#!/usr/bin/env bash'
+  printf 'exec'
+  printf ' %q' "$bin/kube-apiserver" "${apiserver_args[@]}"
+  echo ' "$@"'
+} >"$run/kube-apiserver.sh"
+chmod +x "$run/kube-apiserver.sh"
+setsid "$run/kube-apiserver.sh" </dev/null >"$run/kube-apiserver.log" 2>&1 8>&- &
 echo $! >"$run/kube-apiserver.pid"
 
 cat >"$kubeconfig" <<EOF

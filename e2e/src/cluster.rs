@@ -146,6 +146,17 @@ impl TestCluster {
         &self.kubeconfig
     }
 
+    /// Stops kube-apiserver (etcd keeps the state), waits `down`, starts it again with the
+    /// same flags and returns once it is ready. Every client of the cluster sees the outage,
+    /// so only a test binary with a single test may call this (cargo runs test binaries one
+    /// after another, tests within one binary in parallel).
+    pub fn restart_apiserver(&self, down: std::time::Duration) -> Result<(), E2eError> {
+        let mut cmd = Command::new(repo_root().join("e2e/cluster/restart-apiserver.sh"));
+        cmd.arg(format!("{:.1}", down.as_secs_f64()))
+            .env("WARMPATH_E2E_CACHE", &self.cache_dir);
+        run(&mut cmd, None).map(|_| ())
+    }
+
     /// `kubectl` built by up.sh, pointed at the admin kubeconfig.
     pub fn kubectl(&self) -> Command {
         let mut cmd = Command::new(self.bin_dir.join("kubectl"));

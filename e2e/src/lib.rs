@@ -13,11 +13,13 @@
 //! `WARMPATH_E2E_REQUIRED=1` turns that skip into a failure.
 #![forbid(unsafe_code)]
 
+mod bins;
 mod chart;
 mod cluster;
 mod error;
 mod namespace;
 
+pub use bins::{controller_command, workspace_bin, workspace_bin_release, KillOnDrop};
 pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;

@@ -156,6 +156,13 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
         "defaults" | "monitoring-off" => {
             let d = out.find("Deployment", router).expect("router Deployment");
             assert_eq!(int_at(d, &["spec", "replicas"]), Some(2));
+            // The router reads pools and replicas from the cluster by default.
+            let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
+            assert!(
+                args.as_sequence()
+                    .is_some_and(|a| a.iter().any(|v| v.as_str() == Some("--kubernetes"))),
+                "{case}: router args {args:?}"
+            );
             let c = out
                 .find("Deployment", controller)
                 .expect("controller Deployment");

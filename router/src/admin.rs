@@ -41,6 +41,12 @@ fn text(status: StatusCode, body: String) -> Response<RespBody> {
 }
 
 pub(crate) fn readiness(shared: &Shared) -> Response<RespBody> {
+    if !shared.discovery_synced() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first full list of InferencePools and InferenceReplicas from the Kubernetes API\n".to_owned(),
+        );
+    }
     let table = shared.table();
     let now = Instant::now();
     let mut any = false;

@@ -7,7 +7,8 @@
 //! scheduler from `warmpath-routing`) → [`pd`] → [`proxy`] forwards over [`upstream`]'s pooled
 //! connections and streams the answer back.
 //! Around it: [`scrape`] and [`health`] keep replica state fresh, [`reload`] swaps the
-//! [`table`] when the file changes, [`admin`] serves metrics and probes.
+//! [`table`] when the file changes, [`kubernetes`] when the cluster's InferencePools and
+//! InferenceReplicas change, [`admin`] serves metrics and probes.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -17,6 +18,7 @@ pub mod config;
 pub mod errors;
 pub mod health;
 pub mod index;
+pub mod kubernetes;
 pub mod metrics;
 pub mod pd;
 pub mod proxy;
@@ -40,7 +42,7 @@ use crate::table::Table;
 use parking_lot::{Mutex, RwLock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -60,6 +62,14 @@ pub struct Shared {
     pub(crate) admission: Box<dyn Admission>,
     pub(crate) pd: Box<dyn PdPolicy>,
     seed: AtomicU64,
+    /// The configuration file as last applied; its pools are routed beside discovered ones.
+    file_config: Mutex<Option<Config>>,
+    /// Pools found in the cluster (Kubernetes mode).
+    discovered: Mutex<Vec<config::PoolConfig>>,
+    /// Serializes table installs (file reloads and cluster changes race otherwise).
+    apply_lock: Mutex<()>,
+    /// False in Kubernetes mode until the first full list has been applied.
+    discovery_synced: AtomicBool,
     /// Lets scrape tasks started on reload find their way back here without a cycle.
     this: std::sync::Weak<Shared>,
 }
@@ -82,9 +92,49 @@ impl Shared {
         z ^ (z >> 31)
     }
 
-    /// Install a (validated) configuration: sync replicas, prune the index, start and stop
-    /// scrapers, then swap the table. Requests already running keep the previous table.
+    /// Install a (validated) configuration file's contents. In Kubernetes mode the pools found
+    /// in the cluster stay routed beside the file's.
     pub fn apply(&self, config: Config) {
+        let _serial = self.apply_lock.lock();
+        *self.file_config.lock() = Some(config);
+        self.install_merged();
+    }
+
+    /// Replace the pools found in the cluster; returns whether the table changed.
+    pub(crate) fn set_discovered(&self, pools: Vec<config::PoolConfig>) -> bool {
+        let _serial = self.apply_lock.lock();
+        {
+            let mut d = self.discovered.lock();
+            if *d == pools {
+                return false;
+            }
+            *d = pools;
+        }
+        self.install_merged();
+        true
+    }
+
+    /// Whether routing may start: always in static mode; in Kubernetes mode once the first
+    /// full list of the watched resources has been applied.
+    pub fn discovery_synced(&self) -> bool {
+        self.discovery_synced.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_discovery_synced(&self) {
+        self.discovery_synced.store(true, Ordering::Release);
+    }
+
+    fn install_merged(&self) {
+        let Some(mut config) = self.file_config.lock().clone() else {
+            return;
+        };
+        config.pools.extend(self.discovered.lock().iter().cloned());
+        self.install(config);
+    }
+
+    /// Sync replicas, prune the index, start and stop scrapers, then swap the table. Requests
+    /// already running keep the previous table.
+    fn install(&self, config: Config) {
         let config = Arc::new(config);
         let old = self.table.read().clone();
         let upstream = if old.config.timeouts == config.timeouts {
@@ -127,6 +177,8 @@ pub struct Options {
     pub reload_interval: Duration,
     /// How long shutdown waits for open connections to finish.
     pub drain: Duration,
+    /// Kubernetes mode: also route to the InferencePools and InferenceReplicas of the cluster.
+    pub kubernetes: Option<kubernetes::Discovery>,
 }
 
 impl Default for Options {
@@ -135,6 +187,7 @@ impl Default for Options {
             watch: None,
             reload_interval: Duration::from_secs(1),
             drain: Duration::from_secs(10),
+            kubernetes: None,
         }
     }
 }
@@ -176,7 +229,7 @@ pub async fn start_with(
             .await
             .map_err(|source| StartError::Bind { addr, source })
     };
-    if config.pools.is_empty() {
+    if config.pools.is_empty() && options.kubernetes.is_none() {
         tracing::warn!(
             "the configuration has no pools: every model answers 404 and /readyz stays 503"
         );
@@ -215,6 +268,10 @@ pub async fn start_with(
         admission,
         pd,
         seed: AtomicU64::new(rand::random()),
+        file_config: Mutex::new(None),
+        discovered: Mutex::new(Vec::new()),
+        apply_lock: Mutex::new(()),
+        discovery_synced: AtomicBool::new(options.kubernetes.is_none()),
         this: this.clone(),
     });
     shared.apply(config);
@@ -241,6 +298,13 @@ pub async fn start_with(
             options.drain,
         )),
     ];
+    if let Some(discovery) = options.kubernetes {
+        tasks.push(tokio::spawn(kubernetes::run(
+            Arc::downgrade(&shared),
+            discovery,
+            rx.clone(),
+        )));
+    }
     if let Some(path) = options.watch {
         tasks.push(tokio::spawn(reload::watch(
             Arc::downgrade(&shared),

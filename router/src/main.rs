@@ -1,10 +1,12 @@
-//! `warmpath-router --config FILE`: the data plane without a cluster.
+//! `warmpath-router --config FILE [--kubernetes]`: the data plane, from a file, and in
+//! Kubernetes mode also from the cluster's warmpath resources.
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
+use warmpath_router::kubernetes::Discovery;
 use warmpath_router::{config::Config, Options};
 
 // glibc malloc showed up at ~11% of the proxy's CPU (many small, short-lived allocations per
@@ -28,6 +30,18 @@ struct Args {
     /// Check the configuration and exit.
     #[arg(long)]
     check: bool,
+    /// Also route to the cluster's InferencePools and InferenceReplicas (in-cluster service
+    /// account, or $KUBECONFIG).
+    #[arg(long, env = "WARMPATH_KUBERNETES")]
+    kubernetes: bool,
+    /// Namespaces to watch in Kubernetes mode, comma-separated; empty: all.
+    #[arg(
+        long,
+        env = "WARMPATH_WATCH_NAMESPACES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    namespaces: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,12 +70,29 @@ fn main() -> anyhow::Result<()> {
     };
     let rt = rt.enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
+        let kubernetes = if args.kubernetes {
+            let client = kube::Client::try_default().await.context(
+                "Kubernetes mode needs a service account (in a pod) or a kubeconfig ($KUBECONFIG)",
+            )?;
+            Some(Discovery {
+                client,
+                namespaces: args
+                    .namespaces
+                    .iter()
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+            })
+        } else {
+            None
+        };
         let handle = warmpath_router::start(
             config,
             Options {
                 watch: Some(args.config.clone()),
                 reload_interval: Duration::from_secs(1),
                 drain: Duration::from_secs(10),
+                kubernetes,
             },
         )
         .await?;

@@ -88,6 +88,18 @@ pub struct Metrics {
     pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub scrapes: Family<ResultLabels, Counter>,
     pub config_reloads: Family<ResultLabels, Counter>,
+    pub kubernetes: KubernetesMetrics,
+}
+
+/// Kubernetes mode: how the watches of warmpath's resources are doing.
+#[derive(Default)]
+pub struct KubernetesMetrics {
+    pub watch_errors: Counter,
+    pub table_rebuilds: Counter,
+    pub synced: Gauge,
+    pub replicas: Gauge,
+    pub skipped_replicas: Gauge,
+    pub tenant_policies: Gauge,
 }
 
 impl Default for Metrics {
@@ -222,6 +234,37 @@ impl Metrics {
             "Configuration reloads by result",
             config_reloads.clone(),
         );
+        let kubernetes = KubernetesMetrics::default();
+        registry.register(
+            "kubernetes_watch_errors",
+            "Errors of the watches on InferencePools, InferenceReplicas and TenantPolicies (each is retried with backoff; the last good table keeps serving)",
+            kubernetes.watch_errors.clone(),
+        );
+        registry.register(
+            "kubernetes_table_rebuilds",
+            "Routing tables rebuilt because the watched resources changed",
+            kubernetes.table_rebuilds.clone(),
+        );
+        registry.register(
+            "kubernetes_synced",
+            "1 once every watch has delivered its first full list",
+            kubernetes.synced.clone(),
+        );
+        registry.register(
+            "kubernetes_replicas",
+            "InferenceReplicas in the routing table",
+            kubernetes.replicas.clone(),
+        );
+        registry.register(
+            "kubernetes_skipped_replicas",
+            "InferenceReplicas left out: their pool is missing or does not serve their models",
+            kubernetes.skipped_replicas.clone(),
+        );
+        registry.register(
+            "kubernetes_tenant_policies",
+            "TenantPolicies known",
+            kubernetes.tenant_policies.clone(),
+        );
         Self {
             registry,
             requests,
@@ -244,6 +287,7 @@ impl Metrics {
             prefill_per_token,
             scrapes,
             config_reloads,
+            kubernetes,
         }
     }
 

@@ -86,7 +86,7 @@ pub struct ReplicaConfig {
 
 /// What a pool does in a prefill/decode split. Only `both` and `decode` pools answer requests
 /// today; `prefill` pools are accepted so configurations written for the P/D split stay valid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Prefill,
@@ -96,7 +96,7 @@ pub enum Role {
 }
 
 /// Which metric names the scraper reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
     #[default]

@@ -6,6 +6,9 @@
   args:
     - --config
     - /etc/warmpath/router.yaml
+    {{- if .Values.router.kubernetes }}
+    - --kubernetes
+    {{- end }}
     {{- range .Values.router.extraArgs }}
     - {{ . | quote }}
     {{- end }}

@@ -1,0 +1,185 @@
+//! The controller's settings, read from the environment the Helm chart sets
+//! (`templates/controller-deployment.yaml`); parsing is a pure function of a lookup so that it
+//! is tested without touching the process environment.
+
+use crate::error::Error;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Leader-election timing, with client-go's meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long a lease stays valid after its last renewal, as seen by standbys.
+    pub duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    pub renew_deadline: Duration,
+    /// Time between attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Namespaces to watch; empty: every namespace.
+    pub watch_namespaces: Vec<String>,
+    /// Namespaces whose Secrets may be read (never cluster-wide).
+    pub secret_namespaces: Vec<String>,
+    pub admin_listen: SocketAddr,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    pub lease: LeaseTiming,
+    /// This process's name in the Lease.
+    pub identity: String,
+}
+
+fn list(value: Option<String>) -> Vec<String> {
+    let mut out: Vec<String> = value
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn seconds(
+    get: &impl Fn(&str) -> Option<String>,
+    key: &str,
+    default: u64,
+) -> Result<Duration, Error> {
+    match get(key).filter(|v| !v.trim().is_empty()) {
+        None => Ok(Duration::from_secs(default)),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{key}={v:?}: expected a whole number of seconds > 0"
+                ))
+            }),
+    }
+}
+
+impl Config {
+    /// Reads the settings through `get` (the environment, in `main`). `default_identity` is used
+    /// when `POD_NAME` is unset (hostname and pid outside a cluster).
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        default_identity: impl FnOnce() -> String,
+    ) -> Result<Config, Error> {
+        let admin = get("WARMPATH_ADMIN_LISTEN").unwrap_or_else(|| "0.0.0.0:9091".into());
+        let admin_listen = admin.trim().parse().map_err(|_| {
+            Error::Config(format!(
+                "WARMPATH_ADMIN_LISTEN={admin:?}: expected host:port, e.g. 0.0.0.0:9091"
+            ))
+        })?;
+        let lease = LeaseTiming {
+            duration: seconds(&get, "WARMPATH_LEASE_DURATION_SECONDS", 15)?,
+            renew_deadline: seconds(&get, "WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", 10)?,
+            retry_period: seconds(&get, "WARMPATH_LEASE_RETRY_PERIOD_SECONDS", 2)?,
+        };
+        if lease.duration <= lease.renew_deadline || lease.renew_deadline <= lease.retry_period {
+            return Err(Error::Config(format!(
+                "lease timing must satisfy duration ({}s) > renew deadline ({}s) > retry period ({}s): otherwise a standby could take over while the leader still believes it leads",
+                lease.duration.as_secs(),
+                lease.renew_deadline.as_secs(),
+                lease.retry_period.as_secs()
+            )));
+        }
+        let lease_namespace = get("WARMPATH_LEASE_NAMESPACE")
+            .or_else(|| get("POD_NAMESPACE"))
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| {
+                Error::Config(
+                    "WARMPATH_LEASE_NAMESPACE is not set: name the namespace of the leader-election Lease".into(),
+                )
+            })?;
+        let identity = get("POD_NAME")
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(default_identity);
+        Ok(Config {
+            watch_namespaces: list(get("WARMPATH_WATCH_NAMESPACES")),
+            secret_namespaces: list(get("WARMPATH_SECRET_NAMESPACES")),
+            admin_listen,
+            lease_name: get("WARMPATH_LEASE_NAME")
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| "warmpath-controller".into()),
+            lease_namespace,
+            lease,
+            identity,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config, Error> {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| env.get(k).cloned(), || "host-1".into())
+    }
+
+    #[test]
+    fn reads_the_charts_variables() {
+        let c = parse(&[
+            ("WARMPATH_WATCH_NAMESPACES", " b, a ,,a"),
+            ("WARMPATH_SECRET_NAMESPACES", "a"),
+            ("WARMPATH_ADMIN_LISTEN", "127.0.0.1:0"),
+            ("WARMPATH_LEASE_NAME", "wp"),
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_LEASE_DURATION_SECONDS", "3"),
+            ("WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", "2"),
+            ("WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "1"),
+            ("POD_NAME", "ctl-0"),
+        ])
+        .unwrap();
+        assert_eq!(c.watch_namespaces, vec!["a", "b"]);
+        assert_eq!(c.secret_namespaces, vec!["a"]);
+        assert_eq!(c.admin_listen, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.lease_name, "wp");
+        assert_eq!(c.lease.duration, Duration::from_secs(3));
+        assert_eq!(c.identity, "ctl-0");
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = parse(&[("WARMPATH_LEASE_NAMESPACE", "sys")]).unwrap();
+        assert!(c.watch_namespaces.is_empty());
+        assert_eq!(c.identity, "host-1");
+        assert_eq!(c.admin_listen.port(), 9091);
+        let e = parse(&[]).unwrap_err().to_string();
+        assert!(e.contains("WARMPATH_LEASE_NAMESPACE"), "{e}");
+        let e = parse(&[
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_LEASE_DURATION_SECONDS", "2"),
+            ("WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", "2"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("duration"), "{e}");
+        let e = parse(&[
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "soon"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("WARMPATH_LEASE_RETRY_PERIOD_SECONDS"), "{e}");
+        let e = parse(&[
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_ADMIN_LISTEN", "nope"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("WARMPATH_ADMIN_LISTEN"), "{e}");
+    }
+}

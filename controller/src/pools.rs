@@ -1,0 +1,172 @@
+//! The InferencePool reconciler: one managed InferenceReplica per ready selected pod (created,
+//! rewritten when the pod's IP changes, deleted when the pod is unready, gone or unselected),
+//! then the pool's status.
+
+use crate::context::Ctx;
+use crate::desired::{self, is_managed};
+use crate::error::Error;
+use crate::naming::FIELD_MANAGER;
+use crate::status;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use futures_util::StreamExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+use warmpath_api::conditions::{self, ACCEPTED};
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+
+/// Resync period: repairs anything a dropped watch event left behind.
+const RESYNC: Duration = Duration::from_secs(300);
+/// Replica writes of one reconcile in flight at once.
+const WRITES_IN_FLIGHT: usize = 16;
+
+pub async fn reconcile(pool: Arc<InferencePool>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.reconcile("pool", reconcile_pool(&pool, &ctx)).await
+}
+
+async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error> {
+    if pool.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    ctx.synced().await?;
+    let name = pool.name_any();
+    let ns = pool
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let pods = ctx
+        .pods
+        .state_filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()));
+    let (wanted, counts) = desired::desired_replicas(pool, pods.iter().map(|p| p.as_ref()));
+    let existing = ctx
+        .replicas
+        .state_filter(|r| r.metadata.namespace.as_deref() == Some(ns.as_str()));
+    let plan = desired::plan(
+        &name,
+        pool.meta().uid.as_deref(),
+        wanted.clone(),
+        existing.iter().map(|r| r.as_ref()),
+    );
+    let api: Api<InferenceReplica> = Api::namespaced(ctx.client.clone(), &ns);
+    // Blocking owner deletion: with foreground deletion the pool waits for its replicas.
+    let owner = pool.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    // Writes go out a few at a time: a rollout of hundreds of pods must not wait on one
+    // round trip per pod in sequence, nor flood the API server.
+    let (api, owner, ns_ref, name_ref) = (&api, &owner, &ns, &name);
+    let applies = futures_util::stream::iter(plan.apply.iter().cloned())
+        .map(move |(d, new)| {
+            let (ns, name) = (ns_ref, name_ref);
+            async move {
+                if !ctx.leader.is_leader() {
+                    return Ok(());
+                }
+                let obj = serde_json::json!({
+                    "apiVersion": "warmpath.dev/v1alpha1",
+                    "kind": "InferenceReplica",
+                    "metadata": {
+                        "name": d.name,
+                        "namespace": ns,
+                        "labels": d.labels,
+                        "ownerReferences": owner.iter().collect::<Vec<_>>(),
+                    },
+                    "spec": d.spec,
+                });
+                api.patch(
+                    &d.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+                let pod = d.spec.pod.as_deref().unwrap_or_default();
+                if new {
+                    ctx.metrics.replicas_created.inc();
+                    tracing::info!(pool = %name, %ns, replica = %d.name, pod, address = %d.spec.address, "created replica");
+                    ctx.event(
+                        pool,
+                        false,
+                        "ReplicaCreated",
+                        "CreateReplica",
+                        format!(
+                            "created InferenceReplica {} for ready pod {pod} at {}",
+                            d.name,
+                            d.spec.url()
+                        ),
+                    )
+                    .await;
+                } else {
+                    ctx.metrics.replicas_updated.inc();
+                    tracing::info!(pool = %name, %ns, replica = %d.name, pod, address = %d.spec.address, "updated replica");
+                }
+                Ok::<(), Error>(())
+            }
+        })
+        .buffer_unordered(WRITES_IN_FLIGHT);
+    let deletes = futures_util::stream::iter(plan.delete.iter().cloned())
+        .map(move |victim| {
+            let (ns, name) = (ns_ref, name_ref);
+            async move {
+                if !ctx.leader.is_leader() {
+                    return Ok(());
+                }
+                match api.delete(&victim, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+                ctx.metrics.replicas_deleted.inc();
+                tracing::info!(pool = %name, %ns, replica = %victim, "deleted replica");
+                ctx.event(
+                    pool,
+                    false,
+                    "ReplicaDeleted",
+                    "DeleteReplica",
+                    format!(
+                        "deleted InferenceReplica {victim}: its pod is no longer ready or selected"
+                    ),
+                )
+                .await;
+                Ok::<(), Error>(())
+            }
+        })
+        .buffer_unordered(WRITES_IN_FLIGHT);
+    let results: Vec<Result<(), Error>> = applies.chain(deletes).collect().await;
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        return Err(e);
+    }
+    if !ctx.leader.is_leader() {
+        return Ok(Action::await_change());
+    }
+    for blocked in &plan.blocked {
+        ctx.event(
+            pool,
+            true,
+            "ReplicaNameTaken",
+            "CreateReplica",
+            format!("InferenceReplica {blocked} exists without label app.kubernetes.io/managed-by=warmpath-controller, so the controller leaves it alone: rename or delete it"),
+        )
+        .await;
+    }
+    let hand_written: Vec<(&InferenceReplica, bool)> = existing
+        .iter()
+        .filter(|r| !is_managed(r) && r.spec.pool == name)
+        .map(|r| (r.as_ref(), r.spec.check_against(&name, &pool.spec).is_ok()))
+        .collect();
+    let managed = wanted.len() - plan.blocked.len();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let new_status = status::pool_status(pool, counts, managed, &hand_written, &now);
+    if pool.status.as_ref() != Some(&new_status) {
+        let was_accepted = pool.status.as_ref().is_none_or(|s| {
+            conditions::get(&s.conditions, ACCEPTED).is_none_or(|c| c.status == "True")
+        });
+        ctx.patch_status("pool", pool, &new_status, &[]).await?;
+        if let Some(problem) = status::pool_spec_problem(pool).filter(|_| was_accepted) {
+            ctx.event(pool, true, "InvalidSpec", "Validate", problem)
+                .await;
+        }
+    }
+    Ok(Action::requeue(RESYNC))
+}

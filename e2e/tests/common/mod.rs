@@ -1,0 +1,265 @@
+//! Helpers for the tests that route real traffic through a router in Kubernetes mode:
+//! simulator replicas listening on loopback addresses that stand in for pod IPs, pods created
+//! as objects and marked Ready by patching their status (no kubelet runs), warmpath objects,
+//! and a small HTTP client.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_router::kubernetes::Discovery;
+use warmpath_router::{config::Config, Options, RouterHandle};
+use warmpath_sim::SimHandle;
+
+/// Simulator replicas, one per address, all on the same port (as pods of one Deployment are):
+/// 127.<a>.<b>.2, .3, … with `a.b` random so concurrent tests do not collide.
+pub struct Pods {
+    pub sims: Vec<SimHandle>,
+    pub ips: Vec<IpAddr>,
+    pub port: u16,
+}
+
+pub async fn sim_pods(n: usize) -> Pods {
+    'retry: for _ in 0..20 {
+        let a: u8 = rand::random_range(1..=250);
+        let b: u8 = rand::random_range(1..=250);
+        let port: u16 = rand::random_range(20000..60000);
+        let mut sims = Vec::new();
+        let mut ips = Vec::new();
+        for i in 0..n {
+            let ip: IpAddr = format!("127.{a}.{b}.{}", i + 2).parse().unwrap();
+            let args = [
+                "warmpath-sim",
+                "--listen",
+                &SocketAddr::new(ip, port).to_string(),
+                "--model",
+                "tiny",
+            ];
+            let cli = warmpath_sim::Cli::try_parse_from(args).expect("sim flags");
+            match warmpath_sim::start(&cli).await {
+                Ok(s) => {
+                    sims.push(s);
+                    ips.push(ip);
+                }
+                Err(_) => continue 'retry, // port taken on one address: try another
+            }
+        }
+        return Pods { sims, ips, port };
+    }
+    panic!("no free port for the simulator replicas after 20 tries");
+}
+
+/// An InferencePool serving `tiny` from pods labelled `app=<label>` on `port`.
+pub async fn create_pool(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    label: Option<&str>,
+    port: u16,
+) {
+    let mut spec = json!({ "models": ["tiny"] });
+    if let Some(label) = label {
+        spec["selector"] = json!({ "app": label });
+        spec["targetPort"] = json!(port);
+    }
+    let pool: InferencePool = serde_json::from_value(json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferencePool",
+        "metadata": { "name": name, "namespace": ns }, "spec": spec,
+    }))
+    .unwrap();
+    Api::<InferencePool>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create pool");
+}
+
+/// A hand-written InferenceReplica (an endpoint outside the cluster).
+pub async fn create_replica(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    pool: &str,
+    addr: SocketAddr,
+) {
+    let r: InferenceReplica = serde_json::from_value(json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferenceReplica",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "pool": pool, "address": addr.ip().to_string(), "port": addr.port() },
+    }))
+    .unwrap();
+    Api::<InferenceReplica>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &r)
+        .await
+        .expect("create replica");
+}
+
+/// A pod object (scheduled to a node that does not exist: nothing runs it).
+pub async fn create_pod(client: &kube::Client, ns: &str, name: &str, label: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": ns, "labels": { "app": label } },
+        "spec": {
+            "nodeName": "e2e-fake-node",
+            "containers": [{ "name": "engine", "image": "vllm/vllm-openai:latest" }],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
+/// What a kubelet would report: Running, with `ip`, Ready or not.
+pub async fn set_pod_ready(client: &kube::Client, ns: &str, name: &str, ip: IpAddr, ready: bool) {
+    let status = if ready { "True" } else { "False" };
+    let patch = json!({ "status": {
+        "phase": "Running",
+        "podIP": ip.to_string(),
+        "podIPs": [{ "ip": ip.to_string() }],
+        "conditions": [
+            { "type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z" },
+            { "type": "ContainersReady", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z" },
+        ],
+    }});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch pod status");
+}
+
+/// A router in-process in Kubernetes mode, watching `ns`, with no pools of its own.
+pub async fn k8s_router(client: &kube::Client, ns: &str) -> RouterHandle {
+    let config = Config::parse("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools: []\n").unwrap();
+    warmpath_router::start(
+        config,
+        Options {
+            kubernetes: Some(Discovery {
+                client: client.clone(),
+                namespaces: vec![ns.to_owned()],
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("router start")
+}
+
+/// Replica names in the router's current table for `tiny`.
+pub fn routed(router: &RouterHandle) -> Vec<String> {
+    let table = router.shared.table();
+    let mut names: Vec<String> = table
+        .candidates("tiny")
+        .map(|cs| cs.iter().map(|c| c.replica.name.to_string()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Poll `f` every 10 ms until it holds; returns the time it took, panics after `limit`.
+pub async fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub replica: Option<String>,
+    pub body: String,
+}
+
+/// POST a completion for `prompt` (a few tokens of output) to the router.
+pub async fn complete(addr: SocketAddr, prompt: &str) -> Result<Reply, String> {
+    let body = json!({ "model": "tiny", "prompt": prompt, "max_tokens": 2 }).to_string();
+    let req = http::Request::post(format!("http://{addr}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let status = resp.status().as_u16();
+        let replica = resp
+            .headers()
+            .get("x-warmpath-replica")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("{e:?}"))?
+            .to_bytes();
+        Ok(Reply {
+            status,
+            replica,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| "timed out".to_owned())?
+}
+
+/// A prompt of about `bytes` bytes that shares nothing with prompts of other `seed`s.
+pub fn prompt(seed: u64, bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 32);
+    let mut i = 0u64;
+    while s.len() < bytes {
+        s.push_str(&format!("doc{seed} part{i} lorem ipsum dolor sit amet. "));
+        i += 1;
+    }
+    s
+}
+
+/// The warmpath-controller binary (see [`warmpath_e2e::controller_command`]).
+pub fn start_controller(
+    cluster: &warmpath_e2e::TestCluster,
+    ns: &str,
+    identity: &str,
+) -> warmpath_e2e::KillOnDrop {
+    let bin = warmpath_e2e::workspace_bin("warmpath-controller").expect("build controller");
+    let mut cmd = warmpath_e2e::controller_command(&bin, cluster.kubeconfig(), ns, identity);
+    // Its log goes to a file, not into the test output (named so a failure can be followed up).
+    let log = std::env::temp_dir().join(format!("warmpath-e2e-{ns}-{identity}.log"));
+    let file = std::fs::File::create(&log).expect("controller log file");
+    cmd.stdout(file.try_clone().unwrap()).stderr(file);
+    eprintln!("controller {identity} logs to {}", log.display());
+    warmpath_e2e::KillOnDrop::spawn(&mut cmd).expect("start controller")
+}
+
+/// Apply the repository's CRDs (idempotent; concurrent tests agree on the field manager).
+pub fn apply_crds(cluster: &warmpath_e2e::TestCluster) {
+    cluster
+        .apply_crds(&warmpath_e2e::repo_root().join("crds"))
+        .expect("apply CRDs");
+}
+
+/// `vllm:request_success_total` of one simulator replica: requests it finished.
+pub async fn served(addr: SocketAddr) -> f64 {
+    let req = http::Request::get(format!("http://{addr}/metrics"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client.request(req).await.expect("sim metrics");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("vllm:request_success_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

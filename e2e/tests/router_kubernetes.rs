@@ -1,0 +1,198 @@
+//! The router in Kubernetes mode against the real API server: pods (created as objects and
+//! marked Ready by patching their status, their IPs loopback addresses where simulator
+//! replicas listen) become InferenceReplicas through the real controller, then routes with
+//! prefix affinity; a deleted pod stops getting traffic within a second; hand-written
+//! replicas are routed to; replicas whose pool is missing are not.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_e2e::TestNamespace;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_pods_are_routed_with_affinity_and_a_deleted_pod_gets_no_traffic_within_1s() {
+    let Some(ns) = TestNamespace::create("router-k8s-pods").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let client = ns.client();
+    let n = ns.name().to_owned();
+    let pods = sim_pods(3).await;
+    let _controller = start_controller(ns.cluster(), &n, "controller-0");
+    let router = k8s_router(&client, &n).await;
+    wait_for("the first list", Duration::from_secs(30), || {
+        router.shared.discovery_synced()
+    })
+    .await;
+
+    create_pool(&client, &n, "llm", Some("llm"), pods.port).await;
+    for i in 0..3 {
+        create_pod(&client, &n, &format!("llm-{i}"), "llm").await;
+    }
+    let marked = Instant::now();
+    for (i, ip) in pods.ips.iter().enumerate() {
+        set_pod_ready(&client, &n, &format!("llm-{i}"), *ip, true).await;
+    }
+    let took = wait_for("3 routed replicas", Duration::from_secs(20), || {
+        routed(&router).len() == 3
+    })
+    .await;
+    eprintln!(
+        "3 pods marked Ready -> 3 replicas routed in {took:?} (from the first patch: {:?})",
+        marked.elapsed()
+    );
+
+    // Router replica name -> simulator address, through the InferenceReplicas.
+    let replicas = Api::<InferenceReplica>::namespaced(client.clone(), &n)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut addr_of = HashMap::new();
+    let mut pod_of = HashMap::new();
+    for r in &replicas {
+        let name = format!("{n}/{}", r.metadata.name.as_deref().unwrap());
+        let addr: std::net::SocketAddr = format!("{}:{}", r.spec.address, r.spec.port)
+            .parse()
+            .unwrap();
+        assert!(pods.ips.contains(&addr.ip()), "{r:?}");
+        assert_eq!(addr.port(), pods.port);
+        addr_of.insert(name.clone(), addr);
+        pod_of.insert(name, r.spec.pod.clone().expect("controller sets spec.pod"));
+    }
+    assert_eq!(addr_of.len(), 3);
+
+    // Affinity: every repeat of a prompt goes where its first copy went; prompts spread.
+    let mut home: HashMap<u64, String> = HashMap::new();
+    for round in 0..4 {
+        for seed in 0..6u64 {
+            let reply = complete(router.addr, &prompt(seed, 3000)).await.unwrap();
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let replica = reply.replica.expect("x-warmpath-replica");
+            assert!(addr_of.contains_key(&replica), "{replica}");
+            let first = home.entry(seed).or_insert_with(|| replica.clone());
+            assert_eq!(*first, replica, "prompt {seed} moved in round {round}");
+        }
+    }
+    let used: BTreeSet<&String> = home.values().collect();
+    assert!(used.len() >= 2, "6 distinct prompts all went to {used:?}");
+
+    // Delete the pod that holds prompt 0: no traffic to it within 1 s.
+    let victim = home[&0].clone();
+    let victim_addr = addr_of[&victim];
+    let before = served(victim_addr).await;
+    let deleted = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), &n)
+        .delete(&pod_of[&victim], &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = wait_for(
+        "the deleted pod's replica to leave",
+        Duration::from_secs(10),
+        || !routed(&router).contains(&victim),
+    )
+    .await;
+    eprintln!("pod deleted -> its replica out of the routing table in {gone:?}");
+    assert!(
+        gone <= Duration::from_secs(1),
+        "the deleted pod still got traffic {gone:?} after deletion"
+    );
+    let at_removal = served(victim_addr).await;
+    for round in 0..3 {
+        for seed in 0..6u64 {
+            let reply = complete(router.addr, &prompt(seed, 3000)).await.unwrap();
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            assert_ne!(
+                reply.replica.as_deref(),
+                Some(victim.as_str()),
+                "round {round}"
+            );
+        }
+    }
+    assert_eq!(
+        served(victim_addr).await,
+        at_removal,
+        "the deleted pod's engine served requests after it left the table"
+    );
+    eprintln!(
+        "deleted pod served {} requests between the delete call and its removal ({:?})",
+        at_removal - before,
+        deleted.elapsed()
+    );
+    assert_eq!(routed(&router).len(), 2);
+    router.shutdown().await;
+    ns.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_written_replicas_are_routed_and_unresolved_ones_are_not() {
+    let Some(ns) = TestNamespace::create("router-k8s-manual").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let client = ns.client();
+    let n = ns.name().to_owned();
+    let pods = sim_pods(2).await;
+    let a = std::net::SocketAddr::new(pods.ips[0], pods.port);
+    let b = std::net::SocketAddr::new(pods.ips[1], pods.port);
+    // No controller: the router alone reads what users write.
+    let router = k8s_router(&client, &n).await;
+    create_pool(&client, &n, "tpu-vms", None, pods.port).await;
+    create_replica(&client, &n, "vm-a", "tpu-vms", a).await;
+    create_replica(&client, &n, "vm-b", "tpu-vms", b).await;
+    create_replica(&client, &n, "orphan", "no-such-pool", a).await;
+    wait_for("2 routed replicas", Duration::from_secs(20), || {
+        routed(&router).len() == 2
+    })
+    .await;
+    assert_eq!(
+        routed(&router),
+        [format!("{n}/vm-a"), format!("{n}/vm-b")],
+        "the replica of a missing pool must not be routed"
+    );
+    assert_eq!(router.shared.metrics.kubernetes.skipped_replicas.get(), 1);
+
+    let mut seen = BTreeSet::new();
+    for seed in 0..8u64 {
+        let reply = complete(router.addr, &prompt(100 + seed, 2000))
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        seen.insert(reply.replica.unwrap());
+    }
+    assert_eq!(seen.len(), 2, "traffic reached {seen:?}");
+    assert!(served(a).await > 0.0 && served(b).await > 0.0);
+
+    // Removing one leaves the other serving; removing the pool removes the model.
+    Api::<InferenceReplica>::namespaced(client.clone(), &n)
+        .delete("vm-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("vm-a to leave", Duration::from_secs(10), || {
+        routed(&router) == [format!("{n}/vm-b")]
+    })
+    .await;
+    for seed in 0..4u64 {
+        let reply = complete(router.addr, &prompt(200 + seed, 500))
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.replica.unwrap(), format!("{n}/vm-b"));
+    }
+    Api::<InferencePool>::namespaced(client.clone(), &n)
+        .delete("tpu-vms", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the model to go", Duration::from_secs(10), || {
+        !router.shared.table().serves("tiny")
+    })
+    .await;
+    let reply = complete(router.addr, "hello").await.unwrap();
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    router.shutdown().await;
+    ns.finish();
+}

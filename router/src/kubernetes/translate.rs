@@ -1,0 +1,272 @@
+//! From the cluster's InferencePools and InferenceReplicas to the router's pool list: a pure
+//! function of the two object lists, so the whole table follows from what the API server says
+//! now (no incremental state that a dropped event could leave stale).
+//!
+//! Names carry the namespace (`ns/pool`, `ns/replica`): they are identities in metrics,
+//! headers and the prefix index, and the same name may exist in two watched namespaces.
+
+use crate::config::{Engine, PoolConfig, ReplicaConfig, Role};
+use std::collections::{BTreeMap, HashMap};
+use warmpath_api::v1alpha1::{self as api, InferencePool, InferenceReplica};
+
+/// Why an InferenceReplica is not routed to; counted and logged by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    /// Its `spec.pool` names no InferencePool in its namespace (yet).
+    NoPool { replica: String, pool: String },
+    /// It names models its pool does not serve.
+    ForeignModels { replica: String, message: String },
+}
+
+/// The routed pools and what was left out.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Discovered {
+    pub pools: Vec<PoolConfig>,
+    pub skipped: Vec<Skipped>,
+}
+
+fn role(r: api::Role) -> Role {
+    match r {
+        api::Role::Prefill => Role::Prefill,
+        api::Role::Decode => Role::Decode,
+        api::Role::Both => Role::Both,
+    }
+}
+
+fn engine(e: api::Engine) -> Engine {
+    match e {
+        api::Engine::Vllm => Engine::Vllm,
+        api::Engine::Sglang => Engine::Sglang,
+    }
+}
+
+fn key(ns: Option<&str>, name: Option<&str>) -> Option<(String, String)> {
+    Some((ns.unwrap_or_default().to_owned(), name?.to_owned()))
+}
+
+/// Build the pool list. Objects being deleted are left out (their endpoints are going away);
+/// a replica joins its pool's entry when it serves the pool's models in the pool's role, and a
+/// separate entry of the same pool name otherwise (a subset of models, another role).
+pub fn discovered<'a>(
+    pools: impl IntoIterator<Item = &'a InferencePool>,
+    replicas: impl IntoIterator<Item = &'a InferenceReplica>,
+) -> Discovered {
+    let by_key: HashMap<(String, String), &InferencePool> = pools
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            Some((
+                key(p.metadata.namespace.as_deref(), p.metadata.name.as_deref())?,
+                p,
+            ))
+        })
+        .collect();
+    // (pool name, models, role, engine) → replicas; BTreeMap for a stable order.
+    type Group = (String, Vec<String>, Role, Engine);
+    let mut groups: BTreeMap<Group, (Option<String>, Vec<ReplicaConfig>)> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for r in replicas {
+        if r.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some((ns, name)) = key(r.metadata.namespace.as_deref(), r.metadata.name.as_deref())
+        else {
+            continue;
+        };
+        let replica_name = format!("{ns}/{name}");
+        let Some(pool) = by_key.get(&(ns.clone(), r.spec.pool.clone())) else {
+            skipped.push(Skipped::NoPool {
+                replica: replica_name,
+                pool: format!("{ns}/{}", r.spec.pool),
+            });
+            continue;
+        };
+        if let Err(message) = r.spec.check_against(&r.spec.pool, &pool.spec) {
+            skipped.push(Skipped::ForeignModels {
+                replica: replica_name,
+                message,
+            });
+            continue;
+        }
+        let mut models = r.spec.effective_models(&pool.spec).to_vec();
+        models.sort();
+        models.dedup();
+        let group = (
+            format!("{ns}/{}", r.spec.pool),
+            models,
+            role(r.spec.effective_role(&pool.spec)),
+            engine(r.spec.effective_engine(&pool.spec)),
+        );
+        let metrics_path = pool
+            .spec
+            .metrics
+            .enabled
+            .then(|| pool.spec.metrics.path.clone());
+        let entry = groups
+            .entry(group)
+            .or_insert_with(|| (metrics_path, Vec::new()));
+        entry.1.push(ReplicaConfig {
+            name: replica_name,
+            url: r.spec.url(),
+        });
+    }
+    // Pools without replicas still name their models: `/v1/models` lists them and requests
+    // get "no ready replica" (503) rather than "unknown model" (404).
+    for ((ns, name), pool) in &by_key {
+        let pool_name = format!("{ns}/{name}");
+        if !groups.keys().any(|(p, ..)| *p == pool_name) {
+            let mut models = pool.spec.models.clone();
+            models.sort();
+            models.dedup();
+            groups.insert(
+                (
+                    pool_name,
+                    models,
+                    role(pool.spec.role),
+                    engine(pool.spec.engine),
+                ),
+                (None, Vec::new()),
+            );
+        }
+    }
+    let pools = groups
+        .into_iter()
+        .map(
+            |((name, models, role, engine), (metrics_path, mut replicas))| {
+                replicas.sort_by(|a, b| a.name.cmp(&b.name));
+                PoolConfig {
+                    name,
+                    models,
+                    role,
+                    engine,
+                    metrics_path,
+                    replicas,
+                }
+            },
+        )
+        .collect();
+    Discovered { pools, skipped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use warmpath_api::v1alpha1::{InferencePoolSpec, InferenceReplicaSpec};
+
+    fn meta(ns: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    fn pool(ns: &str, name: &str, models: &[&str]) -> InferencePool {
+        let spec: InferencePoolSpec = serde_json::from_value(serde_json::json!({
+            "models": models,
+        }))
+        .unwrap();
+        InferencePool {
+            metadata: meta(ns, name),
+            spec,
+            status: None,
+        }
+    }
+
+    fn replica(ns: &str, name: &str, pool: &str, address: &str) -> InferenceReplica {
+        let spec: InferenceReplicaSpec = serde_json::from_value(serde_json::json!({
+            "pool": pool, "address": address, "port": 8000,
+        }))
+        .unwrap();
+        InferenceReplica {
+            metadata: meta(ns, name),
+            spec,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn replicas_join_their_pool_with_namespaced_names() {
+        let pools = [pool("a", "p", &["m"]), pool("b", "p", &["m"])];
+        let replicas = [
+            replica("a", "r2", "p", "10.0.0.2"),
+            replica("a", "r1", "p", "10.0.0.1"),
+            replica("b", "r1", "p", "fd00::1"),
+        ];
+        let d = discovered(&pools, &replicas);
+        assert!(d.skipped.is_empty());
+        assert_eq!(d.pools.len(), 2);
+        assert_eq!(d.pools[0].name, "a/p");
+        let names: Vec<_> = d.pools[0]
+            .replicas
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(names, ["a/r1", "a/r2"]);
+        assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
+        assert_eq!(d.pools[1].replicas[0].url, "http://[fd00::1]:8000");
+        assert_eq!(d.pools[0].metrics_path.as_deref(), Some("/metrics"));
+    }
+
+    #[test]
+    fn unresolved_foreign_and_deleted_replicas_are_left_out() {
+        let pools = [pool("a", "p", &["m"])];
+        let mut gone = replica("a", "gone", "p", "10.0.0.3");
+        gone.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let mut foreign = replica("a", "foreign", "p", "10.0.0.4");
+        foreign.spec.models = Some(vec!["other".into()]);
+        let replicas = [
+            replica("a", "orphan", "missing", "10.0.0.1"),
+            replica("b", "elsewhere", "p", "10.0.0.2"),
+            gone,
+            foreign,
+        ];
+        let d = discovered(&pools, &replicas);
+        assert_eq!(d.pools.len(), 1);
+        assert!(d.pools[0].replicas.is_empty(), "{:?}", d.pools[0]);
+        assert_eq!(d.pools[0].models, ["m"]);
+        assert_eq!(d.skipped.len(), 3, "{:?}", d.skipped);
+        assert!(d.skipped.contains(&Skipped::NoPool {
+            replica: "a/orphan".into(),
+            pool: "a/missing".into()
+        }));
+        assert!(d.skipped.contains(&Skipped::NoPool {
+            replica: "b/elsewhere".into(),
+            pool: "b/p".into()
+        }));
+    }
+
+    #[test]
+    fn model_subsets_and_roles_get_their_own_entries() {
+        let pools = [pool("a", "p", &["m", "n"])];
+        let mut subset = replica("a", "r2", "p", "10.0.0.2");
+        subset.spec.models = Some(vec!["n".into()]);
+        let mut decode = replica("a", "r3", "p", "10.0.0.3");
+        decode.spec.role = Some(api::Role::Decode);
+        let replicas = [replica("a", "r1", "p", "10.0.0.1"), subset, decode];
+        let d = discovered(&pools, &replicas);
+        assert_eq!(d.pools.len(), 3, "{:?}", d.pools);
+        assert!(d.pools.iter().all(|p| p.name == "a/p"));
+        let full = d
+            .pools
+            .iter()
+            .find(|p| p.models == ["m", "n"] && p.role == Role::Both);
+        assert_eq!(full.unwrap().replicas[0].name, "a/r1");
+        let n = d.pools.iter().find(|p| p.models == ["n"]).unwrap();
+        assert_eq!(n.replicas[0].name, "a/r2");
+        let dec = d.pools.iter().find(|p| p.role == Role::Decode).unwrap();
+        assert_eq!(dec.replicas[0].name, "a/r3");
+    }
+
+    #[test]
+    fn disabled_metrics_turn_scraping_off() {
+        let mut p = pool("a", "p", &["m"]);
+        p.spec.metrics.enabled = false;
+        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")]);
+        assert_eq!(d.pools[0].metrics_path, None);
+    }
+}
