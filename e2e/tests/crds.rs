@@ -415,3 +415,36 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         .expect("other fields stay mutable");
     ns.finish();
 }
+
+/// The README's example manifests are what the API server accepts (server-side dry run, so
+/// nothing is stored).
+#[tokio::test]
+async fn the_example_manifests_are_valid() {
+    let Some(ns) = TestNamespace::create("crds-examples").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let file = repo_root().join("examples/kubernetes.yaml");
+    let out = run(
+        ns.cluster().kubectl().args([
+            "apply",
+            "--dry-run=server",
+            "-n",
+            ns.name(),
+            "-f",
+            file.to_str().unwrap(),
+        ]),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for kind in [
+        "inferencepool",
+        "inferencereplica",
+        "secret",
+        "tenantpolicy",
+    ] {
+        assert!(text.contains(kind), "{kind} not applied: {text}");
+    }
+    ns.finish();
+}

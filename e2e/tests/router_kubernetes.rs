@@ -2,14 +2,17 @@
 //! marked Ready by patching their status, their IPs loopback addresses where simulator
 //! replicas listen) become InferenceReplicas through the real controller, then routes with
 //! prefix affinity; a deleted pod stops getting traffic within a second; hand-written
-//! replicas are routed to; replicas whose pool is missing are not.
+//! replicas are routed to; replicas whose pool is missing are not; readiness waits for the
+//! first full list and says why it is waiting.
 
 mod common;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
 use warmpath_e2e::TestNamespace;
@@ -193,6 +196,84 @@ async fn hand_written_replicas_are_routed_and_unresolved_ones_are_not() {
     .await;
     let reply = complete(router.addr, "hello").await.unwrap();
     assert_eq!(reply.status, 404, "{}", reply.body);
+    router.shutdown().await;
+    ns.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_first_list_and_says_why() {
+    let Some(ns) = TestNamespace::create("router-k8s-ready").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let client = ns.client();
+    let n = ns.name().to_owned();
+    let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "router" }
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), &n)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    let (router_client, _) = ns.client_as_service_account(&n, "router").await.unwrap();
+    // The router's account may not read warmpath resources yet.
+    let router = k8s_router(&router_client, &n).await;
+    wait_for("a watch error", Duration::from_secs(20), || {
+        router.shared.discovery_error().is_some()
+    })
+    .await;
+    let (status, body) = get(router.admin_addr, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("waiting for the first full list"), "{body}");
+    assert!(body.contains("forbidden"), "the reason is shown: {body}");
+    assert!(!router.shared.discovery_synced());
+
+    let pods = sim_pods(1).await;
+    create_pool(&client, &n, "ext", None, pods.port).await;
+    create_replica(
+        &client,
+        &n,
+        "vm",
+        "ext",
+        SocketAddr::new(pods.ips[0], pods.port),
+    )
+    .await;
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "warmpath-read" },
+        "rules": [{
+            "apiGroups": ["warmpath.dev"],
+            "resources": ["inferencepools", "inferencereplicas", "tenantpolicies"],
+            "verbs": ["get", "list", "watch"],
+        }],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), &n)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "warmpath-read" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "warmpath-read" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "router", "namespace": n }],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), &n)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let took = wait_for(
+        "the first list once allowed",
+        Duration::from_secs(30),
+        || router.shared.discovery_synced(),
+    )
+    .await;
+    eprintln!("read access granted -> synced in {took:?}");
+    assert_eq!(routed(&router), [format!("{n}/vm")]);
+    let (status, body) = get(router.admin_addr, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    let reply = complete(router.addr, "hello there").await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
     router.shutdown().await;
     ns.finish();
 }

@@ -42,10 +42,11 @@ fn text(status: StatusCode, body: String) -> Response<RespBody> {
 
 pub(crate) fn readiness(shared: &Shared) -> Response<RespBody> {
     if !shared.discovery_synced() {
-        return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the first full list of InferencePools and InferenceReplicas from the Kubernetes API\n".to_owned(),
-        );
+        let mut body = "waiting for the first full list of InferencePools, InferenceReplicas and TenantPolicies from the Kubernetes API\n".to_owned();
+        if let Some(e) = shared.discovery_error() {
+            body.push_str(&format!("last error: {e}\n"));
+        }
+        return text(StatusCode::SERVICE_UNAVAILABLE, body);
     }
     let table = shared.table();
     let now = Instant::now();

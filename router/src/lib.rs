@@ -70,6 +70,8 @@ pub struct Shared {
     apply_lock: Mutex<()>,
     /// False in Kubernetes mode until the first full list has been applied.
     discovery_synced: AtomicBool,
+    /// The last error of a Kubernetes watch, for `/readyz` while not yet synced.
+    discovery_error: Mutex<Option<String>>,
     /// Lets scrape tasks started on reload find their way back here without a cycle.
     this: std::sync::Weak<Shared>,
 }
@@ -118,6 +120,15 @@ impl Shared {
     /// full list of the watched resources has been applied.
     pub fn discovery_synced(&self) -> bool {
         self.discovery_synced.load(Ordering::Acquire)
+    }
+
+    /// The last watch error seen (cleared once synced): why the router is not ready yet.
+    pub fn discovery_error(&self) -> Option<String> {
+        self.discovery_error.lock().clone()
+    }
+
+    pub(crate) fn set_discovery_error(&self, error: Option<String>) {
+        *self.discovery_error.lock() = error;
     }
 
     pub(crate) fn mark_discovery_synced(&self) {
@@ -272,6 +283,7 @@ pub async fn start_with(
         discovered: Mutex::new(Vec::new()),
         apply_lock: Mutex::new(()),
         discovery_synced: AtomicBool::new(options.kubernetes.is_none()),
+        discovery_error: Mutex::new(None),
         this: this.clone(),
     });
     shared.apply(config);

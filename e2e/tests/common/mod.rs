@@ -263,3 +263,15 @@ pub async fn served(addr: SocketAddr) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// GET `path` from `addr`: status and body.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let req = http::Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client.request(req).await.expect("GET");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}

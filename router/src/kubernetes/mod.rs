@@ -185,6 +185,9 @@ pub(crate) async fn run(
                 Signal::Listing => {}
                 Signal::Error(e) => {
                     shared.metrics.kubernetes.watch_errors.inc();
+                    if !shared.discovery_synced() {
+                        shared.set_discovery_error(Some(e.clone()));
+                    }
                     if last_error_log.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
                         last_error_log = Some(Instant::now());
                         tracing::warn!(
@@ -227,6 +230,7 @@ pub(crate) async fn run(
                 tenants = tenant_count,
                 "first full list from the Kubernetes API applied; ready"
             );
+            shared.set_discovery_error(None);
             shared.mark_discovery_synced();
             shared.metrics.kubernetes.synced.set(1);
         }
