@@ -134,6 +134,41 @@ impl TestNamespace {
         Ok((client_from_kubeconfig(&path).await?, path))
     }
 
+    /// `helm install <release>` of `chart` into this namespace, with the CRDs left to the
+    /// caller (`crds.install=false`: concurrent tests must not fight over owning them) and the
+    /// owner label on cluster-scoped objects, so cleanup removes them even when the test fails
+    /// before uninstalling. Returns helm's output (the NOTES).
+    pub fn helm_install(
+        &self,
+        chart: &crate::Chart,
+        release: &str,
+        extra: &[&str],
+    ) -> Result<String, E2eError> {
+        let label = format!(
+            "commonLabels.{}={}",
+            OWNER_LABEL.replace('.', "\\."),
+            self.name
+        );
+        let out = run(
+            self.cluster
+                .helm()
+                .args(["install", release])
+                .arg(chart.dir())
+                .args([
+                    "-n",
+                    &self.name,
+                    "--set",
+                    "crds.install=false",
+                    "--set",
+                    &label,
+                ])
+                .args(["--timeout", "60s"])
+                .args(extra),
+            None,
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Marks the test passed and cleans up. A namespace dropped without this (a panic, an early
     /// `?` return) has its objects dumped to stderr first.
     pub fn finish(mut self) {

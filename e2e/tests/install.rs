@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::Client;
 use serde_json::json;
-use warmpath_e2e::{run, Chart, TestNamespace, OWNER_LABEL};
+use warmpath_e2e::{run, Chart, TestNamespace};
 
 const RELEASE: &str = "wp";
 const ROUTER: &str = "wp-warmpath-router";
@@ -82,34 +82,9 @@ fn install_crds(ns: &TestNamespace, chart: &Chart) {
         .expect("apply CRDs");
 }
 
-/// `helm install wp` into the test namespace; cluster-scoped objects carry the owner label so
-/// that the namespace's cleanup removes them even when the test fails before uninstalling.
 fn helm_install(ns: &TestNamespace, chart: &Chart, extra: &[&str]) -> String {
-    let label = format!(
-        "commonLabels.{}={}",
-        OWNER_LABEL.replace('.', "\\."),
-        ns.name()
-    );
-    let out = run(
-        ns.cluster()
-            .helm()
-            .args(["install", RELEASE])
-            .arg(chart.dir())
-            .args([
-                "-n",
-                ns.name(),
-                "--set",
-                "crds.install=false",
-                "--set",
-                &label,
-                "--timeout",
-                "60s",
-            ])
-            .args(extra),
-        None,
-    )
-    .expect("helm install");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    ns.helm_install(chart, RELEASE, extra)
+        .expect("helm install")
 }
 
 #[tokio::test]

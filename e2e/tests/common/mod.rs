@@ -266,12 +266,27 @@ pub async fn served(addr: SocketAddr) -> f64 {
 
 /// GET `path` from `addr`: status and body.
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_get(addr, path).await.expect("GET")
+}
+
+/// [`get`], with connection errors and a 5 s timeout as `Err`.
+pub async fn try_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     let req = http::Request::get(format!("http://{addr}{path}"))
         .body(Full::new(Bytes::new()))
         .unwrap();
     let client = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client.request(req).await.expect("GET");
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("{e:?}"))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .map_err(|_| "timed out".to_owned())?
 }
