@@ -21,6 +21,8 @@ use warmpath_routing::ReplicaId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScrapeTarget {
     pub path: String,
+    /// The metrics port, when not the serving port.
+    pub port: Option<u16>,
     pub engine: Engine,
 }
 
@@ -197,6 +199,7 @@ impl ReplicaRegistry {
         for pool in &config.pools {
             let target = pool.metrics_path.as_ref().map(|p| ScrapeTarget {
                 path: p.clone(),
+                port: pool.metrics_port,
                 engine: pool.engine,
             });
             for r in &pool.replicas {

@@ -7,7 +7,7 @@
 
 use crate::config::Engine;
 use crate::metrics::ResultLabels;
-use crate::replica::ReplicaState;
+use crate::replica::{ReplicaState, ScrapeTarget};
 use crate::Shared;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -120,13 +120,19 @@ async fn scrape_once(
         Full<Bytes>,
     >,
     replica: &ReplicaState,
-    path: &str,
+    target: &ScrapeTarget,
     timeout: Duration,
 ) -> Result<String, ScrapeFailure> {
+    let authority = match target.port {
+        None => replica.authority.clone(),
+        Some(port) => format!("{}:{port}", replica.authority.host())
+            .parse()
+            .map_err(|_| ScrapeFailure::Other)?,
+    };
     let uri = http::Uri::builder()
         .scheme("http")
-        .authority(replica.authority.clone())
-        .path_and_query(path)
+        .authority(authority)
+        .path_and_query(target.path.as_str())
         .build()
         .map_err(|_| ScrapeFailure::Other)?;
     let fut = async {
@@ -167,7 +173,7 @@ pub async fn run(shared: Weak<Shared>, replica: Arc<ReplicaState>) {
             let result = scrape_once(
                 &table.upstream,
                 &replica,
-                &target.path,
+                &target,
                 Duration::from_millis(cfg.timeout_ms),
             )
             .await;

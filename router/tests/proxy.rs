@@ -419,3 +419,38 @@ async fn upstream_connections_are_reused_but_not_after_a_cancel() {
     router.shutdown().await;
     drop(sim);
 }
+
+/// `metrics_port` sends scrapes to another port of the replica's host: a pool whose metrics
+/// port answers stays ready, one whose metrics port is closed goes unready after a few misses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_port_is_scraped_instead_of_the_serving_port() {
+    let sim = sim(&["--replicas", "2"]).await;
+    let addrs = sim.addrs();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port(); // bound and dropped: nothing listens there
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n\
+         - name: good\n  models: [tiny]\n  metrics_port: {}\n  replicas: [{{ name: g, url: \"http://{}\" }}]\n\
+         - name: bad\n  models: [other]\n  metrics_port: {closed}\n  replicas: [{{ name: b, url: \"http://{}\" }}]\n",
+        addrs[1].port(),
+        addrs[0],
+        addrs[0],
+    );
+    let r = router(&yaml).await;
+    let mut last = String::new();
+    for _ in 0..200 {
+        last = get(r.admin_addr, "/readyz").await.unwrap().body;
+        if last.contains("other: 0/1") && last.contains("tiny: 1/1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(last.contains("tiny: 1/1 replicas ready"), "{last}");
+    assert!(last.contains("other: 0/1 replicas ready"), "{last}");
+    let reply = post(r.addr, "/v1/completions", &completion("hi", 1)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    r.shutdown().await;
+}

@@ -68,6 +68,9 @@ pub struct PoolConfig {
     /// replicas are then ready unless passive health checks eject them).
     #[serde(default = "default_metrics_path")]
     pub metrics_path: Option<String>,
+    /// Port of the engine's Prometheus endpoint when it is not the serving port.
+    #[serde(default)]
+    pub metrics_port: Option<u16>,
     pub replicas: Vec<ReplicaConfig>,
 }
 

@@ -63,7 +63,9 @@ pub fn discovered<'a>(
         .collect();
     // (pool name, models, role, engine) → replicas; BTreeMap for a stable order.
     type Group = (String, Vec<String>, Role, Engine);
-    let mut groups: BTreeMap<Group, (Option<String>, Vec<ReplicaConfig>)> = BTreeMap::new();
+    // → (metrics path, metrics port, replicas)
+    type Members = (Option<String>, Option<u16>, Vec<ReplicaConfig>);
+    let mut groups: BTreeMap<Group, Members> = BTreeMap::new();
     let mut skipped = Vec::new();
     for r in replicas {
         if r.metadata.deletion_timestamp.is_some() {
@@ -102,10 +104,11 @@ pub fn discovered<'a>(
             .metrics
             .enabled
             .then(|| pool.spec.metrics.path.clone());
+        let metrics_port = pool.spec.metrics.port.and_then(|p| u16::try_from(p).ok());
         let entry = groups
             .entry(group)
-            .or_insert_with(|| (metrics_path, Vec::new()));
-        entry.1.push(ReplicaConfig {
+            .or_insert_with(|| (metrics_path, metrics_port, Vec::new()));
+        entry.2.push(ReplicaConfig {
             name: replica_name,
             url: r.spec.url(),
         });
@@ -125,14 +128,14 @@ pub fn discovered<'a>(
                     role(pool.spec.role),
                     engine(pool.spec.engine),
                 ),
-                (None, Vec::new()),
+                (None, None, Vec::new()),
             );
         }
     }
     let pools = groups
         .into_iter()
         .map(
-            |((name, models, role, engine), (metrics_path, mut replicas))| {
+            |((name, models, role, engine), (metrics_path, metrics_port, mut replicas))| {
                 replicas.sort_by(|a, b| a.name.cmp(&b.name));
                 PoolConfig {
                     name,
@@ -140,6 +143,7 @@ pub fn discovered<'a>(
                     role,
                     engine,
                     metrics_path,
+                    metrics_port,
                     replicas,
                 }
             },
@@ -268,5 +272,14 @@ mod tests {
         p.spec.metrics.enabled = false;
         let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")]);
         assert_eq!(d.pools[0].metrics_path, None);
+    }
+
+    #[test]
+    fn a_separate_metrics_port_is_kept() {
+        let mut p = pool("a", "p", &["m"]);
+        p.spec.metrics.port = Some(9100);
+        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")]);
+        assert_eq!(d.pools[0].metrics_port, Some(9100));
+        assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
     }
 }
