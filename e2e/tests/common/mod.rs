@@ -4,11 +4,7 @@
 //! and a small HTTP client.
 #![allow(dead_code)]
 
-use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -185,34 +181,20 @@ pub struct Reply {
 /// POST a completion for `prompt` (a few tokens of output) to the router.
 pub async fn complete(addr: SocketAddr, prompt: &str) -> Result<Reply, String> {
     let body = json!({ "model": "tiny", "prompt": prompt, "max_tokens": 2 }).to_string();
-    let req = http::Request::post(format!("http://{addr}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let fut = async {
-        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
-        let status = resp.status().as_u16();
-        let replica = resp
-            .headers()
-            .get("x-warmpath-replica")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{e:?}"))?
-            .to_bytes();
-        Ok(Reply {
-            status,
-            replica,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .map_err(|_| "timed out".to_owned())?
+    let r = warmpath_testkit::send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[],
+        body,
+        Duration::from_secs(10),
+    )
+    .await?;
+    Ok(Reply {
+        status: r.status,
+        replica: r.header("x-warmpath-replica").map(str::to_owned),
+        body: r.body,
+    })
 }
 
 /// A prompt of about `bytes` bytes that shares nothing with prompts of other `seed`s.
@@ -251,17 +233,8 @@ pub fn apply_crds(cluster: &warmpath_e2e::TestCluster) {
 
 /// `vllm:request_success_total` of one simulator replica: requests it finished.
 pub async fn served(addr: SocketAddr) -> f64 {
-    let req = http::Request::get(format!("http://{addr}/metrics"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client.request(req).await.expect("sim metrics");
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8_lossy(&body)
-        .lines()
-        .filter(|l| l.starts_with("vllm:request_success_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let (_, text) = get(addr, "/metrics").await;
+    warmpath_testkit::metric(&text, "vllm:request_success_total", &[])
 }
 
 /// GET `path` from `addr`: status and body.
@@ -271,22 +244,6 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// [`get`], with connection errors and a 5 s timeout as `Err`.
 pub async fn try_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let req = http::Request::get(format!("http://{addr}{path}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let fut = async {
-        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{e:?}"))?
-            .to_bytes();
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(5), fut)
-        .await
-        .map_err(|_| "timed out".to_owned())?
+    let r = warmpath_testkit::send(addr, "GET", path, &[], "", Duration::from_secs(5)).await?;
+    Ok((r.status, r.body))
 }

@@ -4,10 +4,6 @@
 
 use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::Duration;
 use warmpath_router::{config::Config, Options, RouterHandle};
@@ -80,42 +76,10 @@ pub async fn wait_ready(admin: SocketAddr) {
     panic!("router never became ready");
 }
 
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
+#[allow(unused_imports)]
+pub use warmpath_testkit::{client, Reply};
 
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: http::HeaderMap,
-    pub body: String,
-}
-
-impl Reply {
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-    pub fn replica(&self) -> String {
-        self.header("x-warmpath-replica")
-            .unwrap_or_else(|| panic!("no x-warmpath-replica: {self:?}"))
-            .to_owned()
-    }
-    /// Assert an OpenAI-shaped error with this status and code.
-    pub fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(self.status, status, "{}", self.body);
-        let j = self.json();
-        assert_eq!(j["error"]["code"], code, "{}", self.body);
-        assert!(j["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()));
-        assert!(j["error"]["type"].as_str().is_some());
-        assert_eq!(self.header("content-type"), Some("application/json"));
-    }
-}
-
+/// [`warmpath_testkit::send`] with a 20 s limit.
 pub async fn send(
     addr: SocketAddr,
     method: &str,
@@ -123,36 +87,7 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
 ) -> Result<Reply, String> {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(body.into())).unwrap();
-    let fut = async {
-        let resp = client()
-            .request(req)
-            .await
-            .map_err(|e| format!("request: {e:?}"))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e:?}"))?
-            .to_bytes();
-        Ok(Reply {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(20), fut)
-        .await
-        .map_err(|_| "timed out".to_owned())?
+    warmpath_testkit::send(addr, method, path, headers, body, Duration::from_secs(20)).await
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
@@ -169,22 +104,8 @@ pub fn completion(prompt: &str, max_tokens: u32) -> String {
     serde_json::json!({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).to_string()
 }
 
-/// A value from Prometheus text: the sum of the series named `name` whose labels contain every
-/// `k="v"` in `labels`.
-pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' '))
-        })
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+#[allow(unused_imports)]
+pub use warmpath_testkit::metric;
 
 pub async fn router_metrics(admin: SocketAddr) -> String {
     get(admin, "/metrics").await.expect("metrics").body

@@ -4,12 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
 use warmpath_sim::{Cli, SimHandle};
 
 pub async fn sim(args: &[&str]) -> SimHandle {
@@ -19,56 +14,18 @@ pub async fn sim(args: &[&str]) -> SimHandle {
     warmpath_sim::start(&cli).await.expect("start")
 }
 
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
+#[allow(unused_imports)]
+pub use warmpath_testkit::{client, Reply};
 
-pub struct Reply {
-    pub status: u16,
-    pub headers: http::HeaderMap,
-    pub body: String,
-}
-
-impl Reply {
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
+/// [`warmpath_testkit::send`] with a 10 s limit.
 pub async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
     body: &str,
 ) -> Result<Reply, String> {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let fut = async {
-        let resp = client()
-            .request(req)
-            .await
-            .map_err(|e| format!("request: {e:?}"))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e:?}"))?
-            .to_bytes();
-        Ok(Reply {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .map_err(|_| "timed out".to_string())?
+    let body = bytes::Bytes::from(body.to_owned());
+    warmpath_testkit::send(addr, method, path, &[], body, Duration::from_secs(10)).await
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
