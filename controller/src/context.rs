@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
 
 /// How long a store may take to fill before a reconcile gives up on it (and retries later).
 const SYNC_WAIT: Duration = Duration::from_secs(30);
@@ -32,8 +32,6 @@ pub struct Ctx {
     pub replicas: Store<InferenceReplica>,
     /// Every InferencePool of the scope (the replica controller's view).
     pub pools: Store<InferencePool>,
-    /// TenantPolicies of the scope (for mapping Secrets to tenants).
-    pub tenants: Store<TenantPolicy>,
     /// Secrets by namespace, for the namespaces the controller may read them in.
     pub secrets: BTreeMap<String, Store<Secret>>,
     /// True once every store above has been filled.

@@ -7,8 +7,8 @@ use crate::desired::{self, is_managed};
 use crate::error::Error;
 use crate::naming::FIELD_MANAGER;
 use crate::status;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -62,7 +62,7 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
             let (ns, name) = (ns_ref, name_ref);
             async move {
                 if !ctx.leader.is_leader() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 let obj = serde_json::json!({
                     "apiVersion": "warmpath.dev/v1alpha1",
@@ -85,23 +85,11 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
                 if new {
                     ctx.metrics.replicas_created.inc();
                     tracing::info!(pool = %name, %ns, replica = %d.name, pod, address = %d.spec.address, "created replica");
-                    ctx.event(
-                        pool,
-                        false,
-                        "ReplicaCreated",
-                        "CreateReplica",
-                        format!(
-                            "created InferenceReplica {} for ready pod {pod} at {}",
-                            d.name,
-                            d.spec.url()
-                        ),
-                    )
-                    .await;
                 } else {
                     ctx.metrics.replicas_updated.inc();
                     tracing::info!(pool = %name, %ns, replica = %d.name, pod, address = %d.spec.address, "updated replica");
                 }
-                Ok::<(), Error>(())
+                Ok::<_, Error>(Some((new, format!("{} ({pod} at {})", d.name, d.spec.url()))))
             }
         })
         .buffer_unordered(WRITES_IN_FLIGHT);
@@ -110,31 +98,70 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
             let (ns, name) = (ns_ref, name_ref);
             async move {
                 if !ctx.leader.is_leader() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 match api.delete(&victim, &DeleteParams::default()).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
                     Err(e) => return Err(e.into()),
                 }
                 ctx.metrics.replicas_deleted.inc();
                 tracing::info!(pool = %name, %ns, replica = %victim, "deleted replica");
-                ctx.event(
-                    pool,
-                    false,
-                    "ReplicaDeleted",
-                    "DeleteReplica",
-                    format!(
-                        "deleted InferenceReplica {victim}: its pod is no longer ready or selected"
-                    ),
-                )
-                .await;
-                Ok::<(), Error>(())
+                Ok::<_, Error>(Some(victim))
             }
         })
         .buffer_unordered(WRITES_IN_FLIGHT);
-    let results: Vec<Result<(), Error>> = applies.chain(deletes).collect().await;
-    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+    // Every write is attempted; the first error fails the reconcile (and it is retried).
+    let applied: Vec<Result<Option<(bool, String)>, Error>> = applies.collect().await;
+    let deleted: Vec<Result<Option<String>, Error>> = deletes.collect().await;
+    let mut created = Vec::new();
+    let mut failure = None;
+    for r in applied {
+        match r {
+            Ok(Some((true, what))) => created.push(what),
+            Ok(_) => {}
+            Err(e) => failure = Some(e),
+        }
+    }
+    let mut removed = Vec::new();
+    for r in deleted {
+        match r {
+            Ok(Some(what)) => removed.push(what),
+            Ok(None) => {}
+            Err(e) => failure = Some(e),
+        }
+    }
+    // One event per reconcile and kind of change, not one per replica: a rollout of a thousand
+    // pods must not double the API server's write load.
+    if !created.is_empty() {
+        ctx.event(
+            pool,
+            false,
+            "ReplicasCreated",
+            "CreateReplica",
+            format!(
+                "created {} InferenceReplica(s) for ready pods: {}",
+                created.len(),
+                summary(&created)
+            ),
+        )
+        .await;
+    }
+    if !removed.is_empty() {
+        ctx.event(
+            pool,
+            false,
+            "ReplicasDeleted",
+            "DeleteReplica",
+            format!(
+                "deleted {} InferenceReplica(s) whose pods are no longer ready or selected: {}",
+                removed.len(),
+                summary(&removed)
+            ),
+        )
+        .await;
+    }
+    if let Some(e) = failure {
         return Err(e);
     }
     if !ctx.leader.is_leader() {
@@ -169,4 +196,40 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
         }
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// The first few items of a list, for an event note (at most 1 kB).
+fn summary(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut out = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        out.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    if out.len() > 900 {
+        let mut end = 900;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn summaries_stay_short() {
+        let items: Vec<String> = (0..100).map(|i| format!("replica-{i}")).collect();
+        let s = super::summary(&items);
+        assert!(s.starts_with("replica-0, replica-1"), "{s}");
+        assert!(s.ends_with("and 95 more"), "{s}");
+        let long = vec!["x".repeat(2000)];
+        assert!(super::summary(&long).len() <= 904);
+    }
 }

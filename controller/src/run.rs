@@ -173,7 +173,6 @@ async fn run_scope(
         pods: pods.clone(),
         replicas: pool_replicas.clone(),
         pools: replica_pools.clone(),
-        tenants: tenant_ctl.store(),
         secrets: secrets.clone(),
         synced: synced_rx,
     });

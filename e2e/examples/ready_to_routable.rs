@@ -139,7 +139,7 @@ async fn main() {
     let n: usize = std::env::args()
         .nth(1)
         .map_or(1000, |a| a.parse().expect("pod count"));
-    assert!(n >= 100 && n <= 60_000, "between 100 and 60000 pods");
+    assert!((100..=60_000).contains(&n), "between 100 and 60000 pods");
     let ns = TestNamespace::create("scale")
         .await
         .expect("the test cluster");

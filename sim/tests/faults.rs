@@ -93,13 +93,11 @@ async fn drop_mid_stream_cuts_the_connection() {
     let a = s.addrs()[0];
     let e = request(a, "POST", "/v1/completions", STREAM)
         .await
-        .err()
-        .expect("stream cut");
+        .expect_err("stream cut");
     assert!(e.starts_with("body"), "{e}");
     let e = request(a, "POST", "/v1/completions", REQ)
         .await
-        .err()
-        .expect("response cut");
+        .expect_err("response cut");
     assert!(e.starts_with("body"), "{e}");
     post(a, "/admin/faults", r#"{"drop_mid_stream": false}"#).await;
     let r = post(a, "/v1/completions", STREAM).await;
