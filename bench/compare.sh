@@ -15,20 +15,32 @@
 # Knobs (environment): DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
 # RATES (open-loop offered req/s), CONCURRENCY, REPLICAS, KV_BLOCKS, PREFILL_US (simulated
 # prefill cost per uncached token), SYSTEMS (subset of labels), OTHER_WORKLOADS,
-# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug).
+# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug); for the data-path suite
+# DATAPATH_DURATION, DATAPATH_ROUNDS, DATAPATH_LAT_DURATION, DATAPATH_PROFILE (default: the
+# release build this script already made; `datapath` measures the fat-LTO shipping build, which
+# adds its own build of the router, 5-10 minutes on two shared cores after any change).
+#
+# The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
+# shared cores: closed loop 10 s, open-loop points 8 s (each point's first second or two is the
+# cold-cache warm-up, so shorter points would mostly measure that), an overloaded point drains
+# for at most 5 s, other workloads 6 s, data-path rounds 5 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
 PROFILE=${PROFILE:-release}
-DURATION=${DURATION:-15s}
-SWEEP_DURATION=${SWEEP_DURATION:-10s}
+DURATION=${DURATION:-10s}
+SWEEP_DURATION=${SWEEP_DURATION:-8s}
 # Bounds how long an overloaded point drains after its arrivals stop; later answers count as
 # timeouts (such a point did not keep up anyway).
-SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-10s}
-OTHER_DURATION=${OTHER_DURATION:-8s}
+SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-5s}
+OTHER_DURATION=${OTHER_DURATION:-6s}
 RATES=${RATES:-"20 40 80 120"}
+DATAPATH_DURATION=${DATAPATH_DURATION:-5s}
+DATAPATH_ROUNDS=${DATAPATH_ROUNDS:-3}
+DATAPATH_LAT_DURATION=${DATAPATH_LAT_DURATION:-3s}
+DATAPATH_PROFILE=${DATAPATH_PROFILE:-$PROFILE}
 CONCURRENCY=${CONCURRENCY:-32}
 REPLICAS=${REPLICAS:-8}
 KV_BLOCKS=${KV_BLOCKS:-512}
@@ -189,8 +201,10 @@ stop_sim
 
 if [ -z "${SKIP_DATAPATH:-}" ] && [ -f bench/datapath.sh ]; then
   say "data-path suite (bench/datapath.sh)"
-  echo "bash bench/datapath.sh" >> "$RESULTS/commands.txt"
-  RESULTS="$RESULTS" bash bench/datapath.sh || echo "!!!!! bench/datapath.sh failed; its section is missing from the report !!!!!" >&2
+  echo "DURATION=$DATAPATH_DURATION ROUNDS=$DATAPATH_ROUNDS LAT_DURATION=$DATAPATH_LAT_DURATION PROFILE=$DATAPATH_PROFILE bash bench/datapath.sh" >> "$RESULTS/commands.txt"
+  DURATION="$DATAPATH_DURATION" ROUNDS="$DATAPATH_ROUNDS" LAT_DURATION="$DATAPATH_LAT_DURATION" \
+    PROFILE="$DATAPATH_PROFILE" \
+    OUT="$(cd "$RESULTS" && pwd)/datapath.json" bash bench/datapath.sh || echo "!!!!! bench/datapath.sh failed; its section is missing from the report !!!!!" >&2
 fi
 
 say "report"

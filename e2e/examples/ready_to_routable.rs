@@ -20,12 +20,13 @@
 use futures_util::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use serde_json::json;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::InferencePool;
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
 use warmpath_e2e::{controller_command, workspace_bin_release, KillOnDrop, TestNamespace};
 use warmpath_router::config::Config;
 use warmpath_router::kubernetes::Discovery;
@@ -206,6 +207,24 @@ async fn main() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = watch_table(&router, seen.clone(), stop.clone());
+    // When each InferenceReplica reaches a watcher of its own: splits the latency into the
+    // controller's part and the router's.
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let replica_watch = {
+        let created = created.clone();
+        let api: Api<InferenceReplica> = Api::namespaced(client.clone(), &name);
+        tokio::spawn(async move {
+            let mut events =
+                std::pin::pin!(kube::runtime::watcher(api, Default::default()).applied_objects());
+            while let Some(Ok(r)) = events.next().await {
+                created
+                    .lock()
+                    .unwrap()
+                    .entry(r.spec.url())
+                    .or_insert_with(Instant::now);
+            }
+        })
+    };
 
     // 1. rollout
     let start = Instant::now();
@@ -240,6 +259,28 @@ async fn main() {
             .collect()
     };
     summary("rollout, pod Ready -> routable", lat);
+    let (to_replica, to_route): (Vec<f64>, Vec<f64>) = {
+        let s = seen.lock().unwrap();
+        let c = created.lock().unwrap();
+        patched
+            .iter()
+            .filter_map(|(i, t)| {
+                let made = *c.get(&url(*i))?;
+                Some((
+                    made.saturating_duration_since(*t).as_secs_f64() * 1e3,
+                    s.present_since[&url(*i)]
+                        .saturating_duration_since(made)
+                        .as_secs_f64()
+                        * 1e3,
+                ))
+            })
+            .unzip()
+    };
+    summary(
+        "rollout, pod Ready -> InferenceReplica in a watch",
+        to_replica,
+    );
+    summary("rollout, InferenceReplica in a watch -> routable", to_route);
 
     // 2. steady state: one pod flaps every 50 ms while the pool is full.
     let mut down = Vec::new();
@@ -289,6 +330,7 @@ async fn main() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     watcher.await.unwrap();
+    replica_watch.abort();
     drop(controller);
     router.shutdown().await;
     ns.finish();

@@ -2,9 +2,16 @@
 //!
 //! Policies: round-robin and least-load (baselines), a weighted sum of scorers (prefix overlap,
 //! in-flight load, engine queue, KV-cache use; llm-d's shape), and predicted TTFT (argmin of
-//! [`crate::predict::TtftModel::predict`]). Ties break at random. A hot-spot guard spills a popular
-//! prefix to the next-best replica when the best one's predicted wait is too long, which then
-//! becomes warm there too (the router records the spill in the index like any decision).
+//! [`crate::predict::TtftModel::predict`] plus the prefill a choice repeats; see `Predictor::cost`).
+//! Ties break at random. The weighted policy may leave the warmest replica only when that costs
+//! less than staying (`stay_warm`). A hot-spot guard spills a popular prefix to another replica
+//! when the best one's predicted wait is too long *relative to the fleet*, which then becomes
+//! warm there too (the router records the spill in the index like any decision).
+//!
+//! Both rules exist because a cache miss is not only this request's cost: it occupies the
+//! replica for the prefill and evicts other prefixes. A scheduler that trades hits for shorter
+//! queues under load turns a fleet that keeps up from its cache into one that cannot keep up
+//! cold (`tests/fleet_sim.rs` reproduces that collapse and checks it stays fixed).
 //!
 //! Load signals: the router's own in-flight counts are always fresh; engine metrics
 //! ([`EngineLoad`]) are `None` when stale, which means *unknown*, never *idle*: every scorer then
@@ -66,7 +73,9 @@ impl Default for Weights {
 pub struct HotspotGuard {
     /// Spill when the best replica's predicted wait (queueing only, seconds) exceeds this…
     pub max_wait_s: f64,
-    /// …and the next-best replica's predicted TTFT is within this factor of the best's.
+    /// …and another replica's predicted wait is at most `1 / spill_factor` of it (the hot spot
+    /// is relative to the fleet), and that replica's predicted TTFT is within this factor of
+    /// the best's.
     pub spill_factor: f64,
 }
 
@@ -335,12 +344,12 @@ impl Scheduler {
         let (mut index, mut reason) = match self.config.policy {
             Policy::RoundRobin => ((rng_seed % candidates.len() as u64) as usize, "round_robin"),
             Policy::LeastLoad => (least_load(candidates, &mut rng), "least_load"),
-            Policy::Prefix => (
-                weighted(&self.config.weights, request, candidates, &mut rng),
-                "weighted_score",
-            ),
+            Policy::Prefix => {
+                let pick = weighted(&self.config.weights, request, candidates, &mut rng);
+                (stay_warm(&ttft, candidates, pick), "weighted_score")
+            }
             Policy::PredictedTtft => (
-                min_ttft(&ttft, candidates, None, &mut rng).unwrap_or(0),
+                min_cost(&ttft, candidates, None, &mut rng).unwrap_or(0),
                 "predicted_ttft",
             ),
         };
@@ -364,8 +373,15 @@ impl Scheduler {
     }
 
     /// The hot-spot guard: `Some(alternative)` when `best`'s predicted queueing wait exceeds
-    /// `max_wait_s` and the best other candidate (by predicted TTFT, with a shorter wait) is
-    /// predicted within `spill_factor` of `best`'s TTFT.
+    /// `max_wait_s`, another candidate's wait is at most `1 / spill_factor` of it, and the best
+    /// such candidate (by [`Predictor::cost`]) is predicted to answer within `spill_factor` of
+    /// `best`'s TTFT.
+    ///
+    /// The wait condition makes the hot spot relative to the fleet: when every replica is
+    /// backed up (sustained overload, or the burst of cold misses at a cold start), moving a
+    /// request to a replica that does not hold its prefix only adds prefill work to a fleet that
+    /// has none to spare, and the spilled prefix then evicts others there. Spilling on an
+    /// absolute wait alone fed itself until the fleet served everything cold.
     fn hotspot_spill(
         &self,
         ttft: &Predictor<'_>,
@@ -374,15 +390,24 @@ impl Scheduler {
         rng: &mut SplitMix,
     ) -> Option<usize> {
         let guard = &self.config.hotspot;
-        if candidates.len() < 2 || guard.max_wait_s.is_nan() || guard.spill_factor.is_nan() {
+        if candidates.len() < 2
+            || guard.max_wait_s.is_nan()
+            || guard.spill_factor.is_nan()
+            || guard.spill_factor < 1.0
+        {
             return None;
         }
         let b = &candidates[best];
         let wait = b.predicted_wait();
-        if wait <= guard.max_wait_s {
+        if wait.is_nan() || wait <= guard.max_wait_s {
             return None;
         }
-        let alt = min_ttft(ttft, candidates, Some((best, wait)), rng)?;
+        let alt = min_cost(
+            ttft,
+            candidates,
+            Some((best, wait / guard.spill_factor)),
+            rng,
+        )?;
         let best_ttft = ttft.of(b);
         let alt_ttft = ttft.of(&candidates[alt]);
         (alt_ttft <= guard.spill_factor * best_ttft).then_some(alt)
@@ -399,6 +424,8 @@ impl Scheduler {
 struct Predictor<'a> {
     request: &'a RequestView,
     fastest_learned: Option<&'a TtftModel>,
+    /// The fewest uncached prompt tokens on any candidate (the warmest one's).
+    min_uncached: u32,
 }
 
 impl<'a> Predictor<'a> {
@@ -408,9 +435,15 @@ impl<'a> Predictor<'a> {
             .map(|c| c.ttft)
             .filter(|m| m.observations() > 0)
             .min_by(|a, b| a.per_token_s().total_cmp(&b.per_token_s()));
+        let min_uncached = candidates
+            .iter()
+            .map(|c| request.uncached_tokens(c.matched_blocks))
+            .min()
+            .unwrap_or(0);
         Self {
             request,
             fastest_learned,
+            min_uncached,
         }
     }
 
@@ -423,11 +456,49 @@ impl<'a> Predictor<'a> {
             _ => own,
         }
     }
+
+    /// What choosing `c` costs: its predicted TTFT plus the prefill it repeats, seconds at its
+    /// own per-token cost, of the prompt tokens the warmest candidate already holds.
+    ///
+    /// TTFT alone is what this request sees; the repeated prefill is what the fleet pays for
+    /// it: the replica is busy that much longer for every request behind it, and the copy of
+    /// the prefix evicts something else there. Ignoring it, a request whose warm replica is
+    /// busy prefilling its prefix for the previous request goes cold elsewhere (same TTFT,
+    /// double the work), which under load turns hits into misses until the fleet runs cold.
+    /// With it, a request leaves the warm replica only when the wait there is longer than the
+    /// prefill it would repeat, counted twice: once for itself, once for the others.
+    fn cost(&self, c: &ReplicaView<'_>) -> f64 {
+        let extra = self.request.uncached_tokens(c.matched_blocks) - self.min_uncached;
+        self.of(c) + c.ttft.per_token_s() * f64::from(extra)
+    }
+
+    /// [`Predictor::cost`] from the replica's prior instead of what it learned: the weighted
+    /// policy's stickiness rule. It must hold even where the learned model is misled (a
+    /// server that streams a chunk before its prefill, as the simulator does for chat, teaches
+    /// it that prefill is free, and a rule trusting that pins every conversation to the
+    /// replica that taught it).
+    fn prior_cost(&self, c: &ReplicaView<'_>) -> f64 {
+        let p = c.ttft.prior();
+        let tokens = c.prefill_tokens(self.request.uncached_tokens(c.matched_blocks));
+        let ttft = p.base_s + p.per_token_s * f64::from(tokens) + p.per_queued_s * c.queued_ahead();
+        ttft + self.repeated_prefill(c, p.per_token_s)
+    }
+
+    /// Seconds of prefill choosing `c` repeats, at `per_token_s`, of the prompt tokens the
+    /// warmest candidate already holds; nothing on an idle replica, where it delays nobody.
+    /// That exception is what lets the weighted policy's load scorers give idle replicas
+    /// their share (and the prefixes they need) as warm ones fill up; without it conversation
+    /// workloads piled onto the replicas that happened to hold the shared system prompt.
+    fn repeated_prefill(&self, c: &ReplicaView<'_>, per_token_s: f64) -> f64 {
+        let extra = self.request.uncached_tokens(c.matched_blocks) - self.min_uncached;
+        let delayed = c.queued_ahead().min(1.0);
+        delayed * per_token_s * f64::from(extra)
+    }
 }
 
-/// Argmin of predicted TTFT; with `exclude = Some((i, wait))`, over candidates other than `i`
-/// whose predicted wait is below `wait`.
-fn min_ttft(
+/// Argmin of [`Predictor::cost`]; with `exclude = Some((i, wait))`, over candidates other than
+/// `i` whose predicted wait is at most `wait`.
+fn min_cost(
     ttft: &Predictor<'_>,
     candidates: &[ReplicaView<'_>],
     exclude: Option<(usize, f64)>,
@@ -436,13 +507,59 @@ fn min_ttft(
     let mut best = Best::new();
     for (i, c) in candidates.iter().enumerate() {
         if let Some((skip, wait)) = exclude {
-            if i == skip || c.predicted_wait() >= wait {
+            let w = c.predicted_wait();
+            if i == skip || w.is_nan() || w > wait {
                 continue;
             }
         }
-        best.offer_min(i, ttft.of(c), rng);
+        best.offer_min(i, ttft.cost(c), rng);
     }
     best.get()
+}
+
+/// The weighted pick, unless it prefills more of the prompt than the warmest candidate and
+/// costs more than that candidate ([`Predictor::prior_cost`]): the load scorers may move a
+/// request off its warm replica only when the wait there outweighs the prefill the move
+/// repeats.
+///
+/// Without this, normal load imbalance (a replica holding two busy prefixes has twice the
+/// requests and KV use of one holding one) was enough for the load, queue and KV scorers to
+/// outvote a full prefix match, so documents wandered between replicas and each move was a
+/// cold prefill and an eviction (the long-document workload held 0.78 of its oracle hit rate).
+fn stay_warm(ttft: &Predictor<'_>, candidates: &[ReplicaView<'_>], pick: usize) -> usize {
+    let Some(p) = candidates.get(pick) else {
+        return pick;
+    };
+    let most = candidates
+        .iter()
+        .map(|c| c.matched_blocks)
+        .max()
+        .unwrap_or(0);
+    if p.matched_blocks >= most {
+        return pick;
+    }
+    // The cheapest of the warmest (first on ties: deterministic, and they tie on prefix).
+    let mut warm = pick;
+    let mut warm_cost = f64::INFINITY;
+    for (i, c) in candidates.iter().enumerate() {
+        if c.matched_blocks == most {
+            let cost = ttft.prior_cost(c);
+            if cost < warm_cost || warm == pick {
+                (warm, warm_cost) = (i, cost);
+            }
+        }
+    }
+    let w = &candidates[warm];
+    if ttft.request.uncached_tokens(w.matched_blocks)
+        >= ttft.request.uncached_tokens(p.matched_blocks)
+    {
+        return pick;
+    }
+    if ttft.prior_cost(p) > warm_cost {
+        warm
+    } else {
+        pick
+    }
 }
 
 fn least_load(candidates: &[ReplicaView<'_>], rng: &mut SplitMix) -> usize {
@@ -866,6 +983,122 @@ mod tests {
         let share = f64::from(fast) / f64::from(fast + slow);
         assert!((0.72..=0.88).contains(&share), "{served:?}");
         assert!(models[0].per_token_s() < models[2].per_token_s() / 2.0);
+    }
+
+    #[test]
+    fn a_follower_waits_for_its_leaders_prefill_instead_of_going_cold() {
+        // The leader of a new prefix is still prefilling its 2112 tokens on replica 0; the
+        // follower matches the prefix there. Waiting for the leader gives about the same TTFT
+        // as prefilling cold on idle replica 1, but going cold doubles the fleet's work (and
+        // under load, repeated, turned the whole fleet cold).
+        let m = trained(0.000_2);
+        let req = RequestView {
+            prompt_tokens: 2112,
+            blocks: 132,
+            tokens_per_block: 16,
+        };
+        let mut warm = view(0, 1, None, 128, &m);
+        warm.pending_prefill_tokens = 2112;
+        // Busy with one request that is a cache hit: work put here delays it.
+        let mut cold = view(1, 1, None, 0, &m);
+        cold.pending_prefill_tokens = 64;
+        for p in BOTH {
+            for seed in 0..10 {
+                let d = sched(p)
+                    .decide(&req, &[warm.clone(), cold.clone()], seed)
+                    .unwrap();
+                assert_eq!((d.replica, d.spilled), (0, false), "{p:?}: {d:?}");
+            }
+        }
+        // Once the wait there is longer than the prefill a move repeats, counted for the
+        // request and for the fleet, it leaves.
+        let mut backed_up = warm.clone();
+        backed_up.pending_prefill_tokens = 4 * 2112;
+        backed_up.inflight_requests = 4;
+        let d = sched(Policy::PredictedTtft)
+            .decide(&req, &[backed_up, cold], 1)
+            .unwrap();
+        assert_eq!(d.replica, 1, "{d:?}");
+    }
+
+    #[test]
+    fn idle_replicas_take_their_share_from_a_busy_warm_one() {
+        // Twenty requests on the warm replica: the load scorers want the idle one. Moving
+        // repeats 2048 tokens of prefill, but on an idle replica that delays nobody, so the
+        // stickiness rule lets it go (a replica that is busy at all would have kept it).
+        let m = TtftModel::default();
+        let req = RequestView {
+            prompt_tokens: 2112,
+            blocks: 132,
+            tokens_per_block: 16,
+        };
+        let warm = view(0, 16, engine(16.0, 4.0, 0.8), 128, &m);
+        let idle = view(1, 0, engine(0.0, 0.0, 0.0), 0, &m);
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[warm.clone(), idle], 1)
+            .unwrap();
+        assert_eq!(d.replica, 1, "{d:?}");
+        let busy = view(1, 1, engine(1.0, 0.0, 0.0), 0, &m);
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[warm, busy], 1)
+            .unwrap();
+        assert_eq!(d.replica, 0, "{d:?}");
+    }
+
+    #[test]
+    fn no_spill_when_the_whole_fleet_is_backed_up() {
+        // Every replica has most of a second of prefill queued: the warm one a little more. A
+        // spill would add a cold prefill to a fleet without spare capacity.
+        let m = trained(0.000_1);
+        let req = RequestView {
+            prompt_tokens: 2112,
+            blocks: 132,
+            tokens_per_block: 16,
+        };
+        let mut warm = view(0, 6, None, 128, &m);
+        warm.pending_prefill_tokens = 8000;
+        let mut cold = view(1, 5, None, 0, &m);
+        cold.pending_prefill_tokens = 6000;
+        assert!(warm.predicted_wait() > 0.5 && cold.predicted_wait() > 0.5);
+        for p in BOTH {
+            let d = sched(p)
+                .decide(&req, &[warm.clone(), cold.clone()], 1)
+                .unwrap();
+            assert_eq!((d.replica, d.spilled), (0, false), "{p:?}: {d:?}");
+        }
+        // A replica with little queued is another matter: that is a hot spot.
+        cold.pending_prefill_tokens = 0;
+        cold.inflight_requests = 0;
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[warm, cold], 1)
+            .unwrap();
+        assert_eq!((d.replica, d.spilled), (1, true), "{d:?}");
+    }
+
+    #[test]
+    fn load_scorers_do_not_move_a_document_off_its_warm_replica() {
+        // Replica 0 holds the 3000-token document and serves six questions on it (KV 75 %
+        // used, three waiting); replica 1 is idle and cold. The load, queue and KV scorers
+        // together outweigh the prefix scorer, but the wait on replica 0 (~0.07 s) is far
+        // below the 0.15 s cold prefill a move would add, twice.
+        let m = TtftModel::default();
+        let req = RequestView {
+            prompt_tokens: 3040,
+            blocks: 190,
+            tokens_per_block: 16,
+        };
+        let warm = view(0, 6, engine(3.0, 3.0, 0.75), 188, &m);
+        let cold = view(1, 0, engine(0.0, 0.0, 0.0), 0, &m);
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[warm.clone(), cold.clone()], 1)
+            .unwrap();
+        assert_eq!((d.replica, d.reason), (0, "weighted_score"), "{d:?}");
+        // A real backlog there does move it.
+        let backed_up = view(0, 40, engine(8.0, 32.0, 1.0), 188, &m);
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[backed_up, cold], 1)
+            .unwrap();
+        assert_eq!(d.replica, 1, "{d:?}");
     }
 
     #[test]

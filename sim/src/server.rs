@@ -509,10 +509,12 @@ fn stream(
             faults,
             sent: 0,
         };
+        let mut next = a.rx.recv().await;
+        // vLLM sends the role chunk with the engine's first output, not before prefill: a
+        // router timing the first chunk measures prefill either way.
         if chat && !out.send(api::chat_role_chunk(&meta)).await {
             return;
         }
-        let mut next = a.rx.recv().await;
         loop {
             match next.take() {
                 Some(Output::Token { id: tok }) => {

@@ -341,3 +341,34 @@ async fn h2c_clients_are_served() {
     let body = String::from_utf8_lossy(&body);
     assert_eq!(sse_data(&body).last().unwrap(), "[DONE]");
 }
+
+/// Like vLLM, a chat stream's first chunk (the role) comes with the engine's first output,
+/// after prefill: routers time the first chunk as TTFT. A 2 s prefill must delay it (the
+/// bound is a lower one, so a loaded machine cannot make this fail).
+#[tokio::test]
+async fn chat_role_chunk_waits_for_prefill() {
+    use http_body_util::{BodyExt, Full};
+    let s = sim(&["--prefill-us-per-token", "20000"]).await;
+    let a = s.addrs()[0];
+    let body = json!({
+        "model": "tiny", "max_tokens": 1, "stream": true,
+        "messages": [{"role": "user", "content": "x".repeat(400)}],
+    })
+    .to_string();
+    let req = http::Request::post(format!("http://{a}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = body.frame().await.expect("a chunk").unwrap();
+    let waited = start.elapsed();
+    let text = String::from_utf8_lossy(first.data_ref().unwrap()).into_owned();
+    assert!(text.contains("\"role\":\"assistant\""), "{text}");
+    assert!(
+        waited >= std::time::Duration::from_secs(1),
+        "the role chunk came after {waited:?}, before the ~2 s prefill"
+    );
+}
