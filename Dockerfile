@@ -7,7 +7,7 @@
 #
 # BINARIES lists the workspace binaries the builder compiles (space-separated); each runtime
 # target copies one of them, so build a target with its binary in BINARIES. The default builds
-# both the chart needs; while the repository has no controller yet, pass BINARIES=warmpath-router.
+# both the chart needs.
 # The images run as uid/gid 65532 (distroless "nonroot") with nothing but the binary and libc.
 
 ARG RUST_VERSION=1.95

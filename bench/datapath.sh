@@ -57,7 +57,9 @@ if [ "$PROFILE" = datapath ]; then
     --config 'profile.datapath.inherits="release"' --config 'profile.datapath.lto="fat"' \
     --config 'profile.datapath.codegen-units=1' --config 'profile.datapath.debug=0' >&2
 else
-  cargo build -p warmpath-router --profile "$PROFILE" >&2
+  # The same package set as compare.sh builds, so that feature unification matches and the
+  # router it already built is reused instead of rebuilt.
+  cargo build -p warmpath-sim -p warmpath-router -p warmpath-bench --profile "$PROFILE" >&2
 fi
 router_bin=${CARGO_TARGET_DIR:-$root/target}/$PROFILE/warmpath-router
 
