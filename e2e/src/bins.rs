@@ -14,8 +14,9 @@ static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
 /// Path of the debug build of the workspace binary `name` (its package has the same name),
 /// building it first when this test process has not already done so.
 ///
-/// `cargo test --workspace` has built them already, so this is a no-op check there; running
-/// one test file alone (`cargo test -p warmpath-e2e --test X`) builds what it needs.
+/// `cargo test --workspace` has built them already, so this is a quick check there; running
+/// one test file alone (`cargo test -p warmpath-e2e --test X`) builds the workspace's tests
+/// once.
 pub fn workspace_bin(name: &str) -> Result<PathBuf, E2eError> {
     build(name, false)
 }
@@ -36,10 +37,14 @@ fn build(name: &str, release: bool) -> Result<PathBuf, E2eError> {
     let root = repo_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
-        .args(["build", "--quiet", "-p", name, "--bin", name]);
+    cmd.current_dir(&root);
     if release {
-        cmd.arg("--release");
+        cmd.args(["build", "--quiet", "--release", "-p", name, "--bin", name]);
+    } else {
+        // Exactly what `cargo test --workspace` builds (same packages, so the same feature
+        // unification): after `make test` has built it this is a quick no-op, where building
+        // one package alone would unify features differently and recompile half the tree.
+        cmd.args(["test", "--quiet", "--workspace", "--no-run"]);
     }
     crate::cluster::run(&mut cmd, None)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -18,13 +18,18 @@ mod chart;
 mod cluster;
 mod error;
 mod namespace;
+mod resources;
 
 pub use bins::{controller_command, workspace_bin, workspace_bin_release, KillOnDrop};
 pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;
 pub use namespace::TestNamespace;
+pub use resources::{warmpath_api, warmpath_object, warmpath_resource, WARMPATH_KINDS};
 
 /// Label that tests put on the cluster-scoped objects they create (ClusterRoles, bindings)
 /// so that the namespace's cleanup deletes them too; its value is the test namespace's name.
 pub const OWNER_LABEL: &str = "e2e.warmpath.dev/namespace";
+
+/// The API group of warmpath's resources.
+pub const GROUP: &str = "warmpath.dev";

@@ -170,38 +170,43 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
     let name = replicas.items[0].metadata.name.clone().unwrap();
     assert_eq!(reply.replica, Some(format!("{n}/{name}")));
 
-    // The controller could write status, Events and its Lease with the chart's RBAC.
-    let pool = Api::<InferencePool>::namespaced(admin.clone(), &n)
-        .get("llm")
-        .await
-        .unwrap();
-    assert_eq!(
-        pool.status.as_ref().map(|s| s.ready_replicas),
-        Some(1),
-        "{pool:?}"
-    );
-    let events = Api::<Event>::namespaced(admin.clone(), &n)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        events
+    // The controller could write status, Events and its Lease with the chart's RBAC (status
+    // and the Event follow the replica's creation, so they are waited for).
+    let pools = Api::<InferencePool>::namespaced(admin.clone(), &n);
+    let events = Api::<Event>::namespaced(admin.clone(), &n);
+    let leases = Api::<Lease>::namespaced(admin.clone(), &n);
+    let mut seen = String::new();
+    let mut ok = false;
+    for _ in 0..100 {
+        let pool = pools.get("llm").await.unwrap();
+        let reasons: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
             .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ReplicaCreated")),
-        "no ReplicaCreated event: {:?}",
-        events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
-    );
-    let leases = Api::<Lease>::namespaced(admin.clone(), &n)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        leases.items.iter().any(
-            |l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
-                == Some("controller-pod-0")
-        ),
-        "the controller holds no Lease: {leases:?}"
-    );
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        let holders: Vec<String> = leases
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|l| l.spec?.holder_identity)
+            .collect();
+        ok = pool.status.as_ref().map(|s| s.ready_replicas) == Some(1)
+            && reasons.iter().any(|r| r == "ReplicasCreated")
+            && holders.iter().any(|h| h == "controller-pod-0");
+        seen = format!(
+            "status {:?}, events {reasons:?}, lease holders {holders:?}",
+            pool.status
+        );
+        if ok {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the controller's writes are missing: {seen}");
     ns.finish();
 }

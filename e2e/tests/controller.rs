@@ -8,45 +8,30 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-use warmpath_e2e::{repo_root, workspace_bin, KillOnDrop, TestNamespace};
+use warmpath_e2e::{
+    controller_command, repo_root, warmpath_api, warmpath_object, workspace_bin, KillOnDrop,
+    TestNamespace,
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 const LEASE: &str = "warmpath-controller";
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("warmpath.dev", "v1alpha1", kind),
-        plural,
-    )
-}
-
 fn pools(c: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(c.clone(), ns, &resource("InferencePool", "inferencepools"))
+    warmpath_api(c, ns, "InferencePool")
 }
 
 fn replicas(c: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        c.clone(),
-        ns,
-        &resource("InferenceReplica", "inferencereplicas"),
-    )
+    warmpath_api(c, ns, "InferenceReplica")
 }
 
 fn tenants(c: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(c.clone(), ns, &resource("TenantPolicy", "tenantpolicies"))
-}
-
-fn object(kind: &str, plural: &str, name: &str, spec: Value) -> DynamicObject {
-    DynamicObject::new(name, &resource(kind, plural)).data(json!({ "spec": spec }))
+    warmpath_api(c, ns, "TenantPolicy")
 }
 
 /// A running controller process whose log goes to a file, printed when a test fails.
@@ -66,28 +51,16 @@ impl ControllerProc {
             .port();
         let log = ns.scratch_dir().join(format!("{identity}.log"));
         let file = std::fs::File::create(&log).expect("log file");
-        let child = KillOnDrop::spawn(
-            Command::new(bin)
-                .env("KUBECONFIG", ns.cluster().kubeconfig())
-                .env("WARMPATH_WATCH_NAMESPACES", ns.name())
-                .env("WARMPATH_SECRET_NAMESPACES", ns.name())
-                .env("WARMPATH_LEASE_NAME", LEASE)
-                .env("WARMPATH_LEASE_NAMESPACE", ns.name())
-                .env("WARMPATH_LEASE_DURATION_SECONDS", "3")
-                .env("WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", "2")
-                .env("WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "1")
-                .env("WARMPATH_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
-                .env("POD_NAME", identity)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("WARMPATH_E2E_CONTROLLER_LOG")
-                        .unwrap_or_else(|_| "info,kube=warn".into()),
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(file),
-        )
-        .expect("start warmpath-controller");
+        let mut cmd = controller_command(&bin, ns.cluster().kubeconfig(), ns.name(), identity);
+        cmd.env("WARMPATH_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "RUST_LOG",
+                std::env::var("WARMPATH_E2E_CONTROLLER_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(file);
+        let child = KillOnDrop::spawn(&mut cmd).expect("start warmpath-controller");
         ControllerProc {
             child,
             identity: identity.to_owned(),
@@ -153,9 +126,8 @@ async fn create_pool(c: &Client, ns: &str, name: &str, app: &str) {
     pools(c, ns)
         .create(
             &PostParams::default(),
-            &object(
+            &warmpath_object(
                 "InferencePool",
-                "inferencepools",
                 name,
                 json!({"models": ["tiny"], "selector": {"app": app}, "targetPort": 8000}),
             ),
@@ -546,12 +518,7 @@ async fn hand_written_replicas_get_status_and_are_never_deleted() {
     pools(&c, &n)
         .create(
             &PostParams::default(),
-            &object(
-                "InferencePool",
-                "inferencepools",
-                "tpu",
-                json!({"models": ["tiny"]}),
-            ),
+            &warmpath_object("InferencePool", "tpu", json!({"models": ["tiny"]})),
         )
         .await
         .expect("create pool");
@@ -559,9 +526,8 @@ async fn hand_written_replicas_get_status_and_are_never_deleted() {
         replicas(&c, &n)
             .create(
                 &PostParams::default(),
-                &object(
+                &warmpath_object(
                     "InferenceReplica",
-                    "inferencereplicas",
                     name,
                     json!({"pool": pool, "address": "tpu-vm-1.example.com", "port": 8000}),
                 ),
@@ -624,9 +590,8 @@ async fn tenant_policies_report_their_api_key_secret() {
     tenants(&c, &n)
         .create(
             &PostParams::default(),
-            &object(
+            &warmpath_object(
                 "TenantPolicy",
-                "tenantpolicies",
                 "acme",
                 json!({"apiKeySecretRef": {"name": "acme-keys", "key": "api-key"}, "weight": 2}),
             ),

@@ -7,36 +7,12 @@
 //! are applied with server-side apply under one field manager, which is idempotent, and never
 //! deleted.
 
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
-use warmpath_e2e::{repo_root, run, TestCluster, TestNamespace};
-
-const KINDS: [(&str, &str); 3] = [
-    ("InferencePool", "inferencepools"),
-    ("InferenceReplica", "inferencereplicas"),
-    ("TenantPolicy", "tenantpolicies"),
-];
-
-fn resource(kind: &str) -> ApiResource {
-    let plural = KINDS
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .map(|(_, p)| *p)
-        .expect("a warmpath kind");
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("warmpath.dev", "v1alpha1", kind),
-        plural,
-    )
-}
+use warmpath_e2e::{repo_root, run, warmpath_api, warmpath_object, TestCluster, TestNamespace};
 
 fn api(ns: &TestNamespace, kind: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(ns.client(), ns.name(), &resource(kind))
-}
-
-fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
-    DynamicObject::new(name, &resource(kind)).data(json!({ "spec": spec }))
+    warmpath_api(&ns.client(), ns.name(), kind)
 }
 
 /// Applies the repository's generated CRDs and waits until they are served.
@@ -102,7 +78,7 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
     let pool = api(&ns, "InferencePool")
         .create(
             &pp,
-            &object(
+            &warmpath_object(
                 "InferencePool",
                 "llama",
                 json!({"models": ["llama"], "selector": {"app": "vllm"}, "targetPort": 8000}),
@@ -121,7 +97,7 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
     api(&ns, "InferencePool")
         .create(
             &pp,
-            &object(
+            &warmpath_object(
                 "InferencePool",
                 "llama-prefill",
                 json!({
@@ -142,7 +118,7 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
         api(&ns, "InferenceReplica")
             .create(
                 &pp,
-                &object(
+                &warmpath_object(
                     "InferenceReplica",
                     name,
                     json!({"pool": "llama-prefill", "address": address, "port": 30000, "role": "prefill"}),
@@ -154,7 +130,7 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
     let tenant = api(&ns, "TenantPolicy")
         .create(
             &pp,
-            &object(
+            &warmpath_object(
                 "TenantPolicy",
                 "acme",
                 json!({"apiKeySecretRef": {"name": "acme-keys"}, "limits": {"requestsPerSecond": 10, "burst": 20}}),
@@ -366,7 +342,7 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
     for (i, (kind, spec, expected)) in cases.iter().enumerate() {
         let name = format!("bad-{i}");
         let err = match api(&ns, kind)
-            .create(&pp, &object(kind, &name, spec.clone()))
+            .create(&pp, &warmpath_object(kind, &name, spec.clone()))
             .await
         {
             Ok(_) => panic!("{kind} {spec} must be rejected"),
@@ -388,7 +364,7 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
     replicas
         .create(
             &pp,
-            &object(
+            &warmpath_object(
                 "InferenceReplica",
                 "vm",
                 json!({"pool": "llama", "address": "10.0.0.1", "port": 8000}),

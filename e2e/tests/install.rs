@@ -10,48 +10,26 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
-    PatchParams, PostParams,
+    Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
 };
 use kube::Client;
 use serde_json::json;
-use warmpath_e2e::{run, Chart, TestNamespace};
+use warmpath_e2e::{run, warmpath_api, warmpath_object, warmpath_resource, Chart, TestNamespace};
 
 const RELEASE: &str = "wp";
 const ROUTER: &str = "wp-warmpath-router";
 const CONTROLLER: &str = "wp-warmpath-controller";
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("warmpath.dev", "v1alpha1", kind),
-        plural,
-    )
+fn pools(c: &Client, ns: &str) -> Api<DynamicObject> {
+    warmpath_api(c, ns, "InferencePool")
 }
 
-fn pools(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &resource("InferencePool", "inferencepools"),
-    )
-}
-fn replicas(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &resource("InferenceReplica", "inferencereplicas"),
-    )
-}
-fn tenants(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &resource("TenantPolicy", "tenantpolicies"),
-    )
+fn replicas(c: &Client, ns: &str) -> Api<DynamicObject> {
+    warmpath_api(c, ns, "InferenceReplica")
 }
 
-fn object(kind: &str, plural: &str, name: &str, spec: serde_json::Value) -> DynamicObject {
-    DynamicObject::new(name, &resource(kind, plural)).data(json!({ "spec": spec }))
+fn tenants(c: &Client, ns: &str) -> Api<DynamicObject> {
+    warmpath_api(c, ns, "TenantPolicy")
 }
 
 /// The HTTP status of a request: 200 for success, the API's code otherwise.
@@ -216,24 +194,14 @@ async fn service_account_tokens_get_least_privilege() {
     pools(&admin, n)
         .create(
             &PostParams::default(),
-            &object(
-                "InferencePool",
-                "inferencepools",
-                "llama",
-                json!({"models": ["llama"]}),
-            ),
+            &warmpath_object("InferencePool", "llama", json!({"models": ["llama"]})),
         )
         .await
         .expect("pool");
     tenants(&admin, n)
         .create(
             &PostParams::default(),
-            &object(
-                "TenantPolicy",
-                "tenantpolicies",
-                "acme",
-                json!({"weight": 2}),
-            ),
+            &warmpath_object("TenantPolicy", "acme", json!({"weight": 2})),
         )
         .await
         .expect("tenant");
@@ -281,12 +249,9 @@ async fn service_account_tokens_get_least_privilege() {
     );
     allowed(
         "router lists pools cluster-wide",
-        Api::<DynamicObject>::all_with(
-            router.clone(),
-            &resource("InferencePool", "inferencepools"),
-        )
-        .list(&lp)
-        .await,
+        Api::<DynamicObject>::all_with(router.clone(), &warmpath_resource("InferencePool"))
+            .list(&lp)
+            .await,
     );
     forbidden(
         "router reads secrets",
@@ -319,7 +284,7 @@ async fn service_account_tokens_get_least_privilege() {
         replicas(&router, n)
             .create(
                 &PostParams::default(),
-                &object("InferenceReplica", "inferencereplicas", "r", json!({})),
+                &warmpath_object("InferenceReplica", "r", json!({})),
             )
             .await,
     );
@@ -363,9 +328,8 @@ async fn service_account_tokens_get_least_privilege() {
         replicas(&ctl, n)
             .create(
                 &PostParams::default(),
-                &object(
+                &warmpath_object(
                     "InferenceReplica",
-                    "inferencereplicas",
                     "llama-vllm-0",
                     json!({"pool": "llama", "address": "10.0.0.1", "port": 8000}),
                 ),
@@ -458,7 +422,7 @@ async fn service_account_tokens_get_least_privilege() {
         pools(&ctl, n)
             .create(
                 &PostParams::default(),
-                &object("InferencePool", "inferencepools", "x", json!({})),
+                &warmpath_object("InferencePool", "x", json!({})),
             )
             .await,
     );
@@ -597,12 +561,9 @@ async fn namespaced_rbac_grants_nothing_cluster_wide() {
     );
     forbidden(
         "router lists pools cluster-wide",
-        Api::<DynamicObject>::all_with(
-            router.clone(),
-            &resource("InferencePool", "inferencepools"),
-        )
-        .list(&lp)
-        .await,
+        Api::<DynamicObject>::all_with(router.clone(), &warmpath_resource("InferencePool"))
+            .list(&lp)
+            .await,
     );
     forbidden(
         "router lists pools elsewhere",
@@ -698,7 +659,7 @@ async fn sidecar_mode_binds_the_serving_pods_service_accounts() {
         replicas(&sidecar, &n)
             .create(
                 &PostParams::default(),
-                &object("InferenceReplica", "inferencereplicas", "r", json!({})),
+                &warmpath_object("InferenceReplica", "r", json!({})),
             )
             .await,
     );
