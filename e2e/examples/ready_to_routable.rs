@@ -18,8 +18,7 @@
 //! router's table (not a health check) is what is measured.
 
 use futures_util::stream::{self, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::WatchStreamExt;
 use serde_json::json;
 use std::collections::HashMap;
@@ -38,20 +37,10 @@ fn ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 77, (i / 250) as u8, (i % 250) as u8 + 2)
 }
 
-async fn set_ready(pods: &Api<Pod>, i: usize, ready: bool) -> Instant {
-    let status = if ready { "True" } else { "False" };
-    let patch = json!({ "status": {
-        "phase": "Running",
-        "podIP": ip(i).to_string(),
-        "conditions": [{ "type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z" }],
-    }});
-    pods.patch_status(
-        &format!("p-{i}"),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .expect("patch pod status");
+async fn set_ready(client: &kube::Client, ns: &str, i: usize, ready: bool) -> Instant {
+    warmpath_e2e::set_pod_status(client, ns, &format!("p-{i}"), &ip(i).to_string(), ready)
+        .await
+        .expect("patch pod status");
     Instant::now()
 }
 
@@ -150,7 +139,6 @@ async fn main() {
         .expect("CRDs");
     let client = ns.client();
     let name = ns.name().to_owned();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
 
     let bin = workspace_bin_release("warmpath-controller").expect("build the controller");
     let controller = KillOnDrop::spawn(&mut controller_command(
@@ -188,15 +176,9 @@ async fn main() {
     let created = Instant::now();
     stream::iter(0..n)
         .for_each_concurrent(16, |i| {
-            let pods = pods.clone();
+            let (client, name) = (&client, &name);
             async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": { "name": format!("p-{i}"), "labels": { "app": "big" } },
-                    "spec": { "nodeName": "bench-node",
-                              "containers": [{ "name": "engine", "image": "vllm/vllm-openai" }] },
-                }))
-                .unwrap();
-                pods.create(&PostParams::default(), &pod)
+                warmpath_e2e::create_pod(client, name, &format!("p-{i}"), "big")
                     .await
                     .expect("create pod");
             }
@@ -230,8 +212,8 @@ async fn main() {
     let start = Instant::now();
     let patched: Vec<(usize, Instant)> = stream::iter(0..n)
         .map(|i| {
-            let pods = pods.clone();
-            async move { (i, set_ready(&pods, i, true).await) }
+            let (client, name) = (&client, &name);
+            async move { (i, set_ready(client, name, i, true).await) }
         })
         .buffer_unordered(16)
         .collect()
@@ -287,7 +269,7 @@ async fn main() {
     let mut up = Vec::new();
     for k in 0..100 {
         let i = (k * 7919) % n;
-        let t = set_ready(&pods, i, false).await;
+        let t = set_ready(&client, &name, i, false).await;
         let u = url(i);
         wait_until("unready pod out", Duration::from_secs(30), || {
             seen.lock().unwrap().absent_since.contains_key(&u)
@@ -300,7 +282,7 @@ async fn main() {
                 * 1e3,
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let t = set_ready(&pods, i, true).await;
+        let t = set_ready(&client, &name, i, true).await;
         wait_until("ready pod in", Duration::from_secs(30), || {
             seen.lock().unwrap().present_since.contains_key(&u)
         })

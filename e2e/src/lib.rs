@@ -18,6 +18,7 @@ mod chart;
 mod cluster;
 mod error;
 mod namespace;
+mod pods;
 mod resources;
 
 pub use bins::{controller_command, workspace_bin, workspace_bin_release, KillOnDrop};
@@ -25,6 +26,7 @@ pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;
 pub use namespace::TestNamespace;
+pub use pods::{create_pod, set_pod_status};
 pub use resources::{warmpath_api, warmpath_object, warmpath_resource, WARMPATH_KINDS};
 
 /// Label that tests put on the cluster-scoped objects they create (ClusterRoles, bindings)

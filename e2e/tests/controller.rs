@@ -136,38 +136,14 @@ async fn create_pool(c: &Client, ns: &str, name: &str, app: &str) {
         .expect("create pool");
 }
 
-/// A pod as the API server stores it before any kubelet runs it ("bound" to a node that does
-/// not exist, which nothing here checks).
 async fn create_pod(c: &Client, ns: &str, name: &str, app: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {
-            "nodeName": "fake-node",
-            "containers": [{"name": "engine", "image": "vllm/vllm-openai:latest"}]
-        }
-    }))
-    .expect("pod");
-    Api::<Pod>::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &pod)
+    warmpath_e2e::create_pod(c, ns, name, app)
         .await
         .expect("create pod");
 }
 
-/// What a kubelet reports: Running, with an IP, Ready or not.
 async fn set_pod_status(c: &Client, ns: &str, name: &str, ip: &str, ready: bool) {
-    Api::<Pod>::namespaced(c.clone(), ns)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "phase": "Running",
-                "podIP": ip,
-                "podIPs": [{"ip": ip}],
-                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-            }})),
-        )
+    warmpath_e2e::set_pod_status(c, ns, name, ip, ready)
         .await
         .expect("patch pod status");
 }

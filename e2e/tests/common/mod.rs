@@ -5,8 +5,7 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -97,36 +96,16 @@ pub async fn create_replica(
         .expect("create replica");
 }
 
-/// A pod object (scheduled to a node that does not exist: nothing runs it).
+/// [`warmpath_e2e::create_pod`].
 pub async fn create_pod(client: &kube::Client, ns: &str, name: &str, label: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": ns, "labels": { "app": label } },
-        "spec": {
-            "nodeName": "e2e-fake-node",
-            "containers": [{ "name": "engine", "image": "vllm/vllm-openai:latest" }],
-        },
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod)
+    warmpath_e2e::create_pod(client, ns, name, label)
         .await
         .expect("create pod");
 }
 
-/// What a kubelet would report: Running, with `ip`, Ready or not.
+/// [`warmpath_e2e::set_pod_status`] with an address.
 pub async fn set_pod_ready(client: &kube::Client, ns: &str, name: &str, ip: IpAddr, ready: bool) {
-    let status = if ready { "True" } else { "False" };
-    let patch = json!({ "status": {
-        "phase": "Running",
-        "podIP": ip.to_string(),
-        "podIPs": [{ "ip": ip.to_string() }],
-        "conditions": [
-            { "type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z" },
-            { "type": "ContainersReady", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z" },
-        ],
-    }});
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+    warmpath_e2e::set_pod_status(client, ns, name, &ip.to_string(), ready)
         .await
         .expect("patch pod status");
 }
