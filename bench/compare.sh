@@ -15,10 +15,11 @@
 # Knobs (environment): DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
 # RATES (open-loop offered req/s), CONCURRENCY, REPLICAS, KV_BLOCKS, PREFILL_US (simulated
 # prefill cost per uncached token), SYSTEMS (subset of labels), OTHER_WORKLOADS,
-# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug); for the data-path suite
+# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug), BIN_DIR, BASELINE_ROUTER (another
+# warmpath-router binary, e.g. the last commit's: systems named baseline-POLICY run it, side by
+# side with warmpath-POLICY); for the data-path suite
 # DATAPATH_DURATION, DATAPATH_ROUNDS, DATAPATH_LAT_DURATION, DATAPATH_PROFILE (default: the
-# release build this script already made; `datapath` measures the fat-LTO shipping build, which
-# adds its own build of the router, 5-10 minutes on two shared cores after any change).
+# release build this script already made, which is the shipping build: fat LTO, see Cargo.toml).
 #
 # The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
 # shared cores: closed loop 10 s, open-loop points 8 s (each point's first second or two is the
@@ -57,13 +58,17 @@ OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-n
 OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft sglang-cache-aware"}
 
 if [ "$PROFILE" = release ]; then BIN=target/release; BUILD=(--release); else BIN=target/debug; BUILD=(); fi
+# BIN_DIR: binaries built elsewhere (warmpath-sim, -router, -bench), measured as they are.
+[ -n "${BIN_DIR:-}" ] && BIN=$BIN_DIR
 say() { printf '\n== %s\n' "$*" >&2; }
 
-say "building warmpath-sim, warmpath-router, warmpath-bench ($PROFILE)"
-cargo build "${BUILD[@]}" -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+if [ -z "${BIN_DIR:-}" ]; then
+  say "building warmpath-sim, warmpath-router, warmpath-bench ($PROFILE)"
+  cargo build "${BUILD[@]}" -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+fi
 
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/commands.txt
+rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/commands.txt
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -117,8 +122,10 @@ start_front() { # label
   local label=$1
   stop_front
   case $label in
-    warmpath-*)
-      local policy=${label#warmpath-}; policy=${policy//-/_}
+    warmpath-*|baseline-*)
+      local policy=${label#*-}; policy=${policy//-/_}
+      local router_bin="$BIN/warmpath-router"
+      [[ $label == baseline-* ]] && router_bin=$BASELINE_ROUTER
       local cfg="$WORK/router-$policy.yaml"
       {
         echo "listen: 127.0.0.1:$FRONT_PORT"
@@ -133,7 +140,7 @@ start_front() { # label
         echo "  policy: $policy"
       } > "$cfg"
       cp "$cfg" "$RESULTS/router-$policy.yaml"
-      "$BIN/warmpath-router" --config "$cfg" >"$WORK/front.log" 2>&1 &
+      "$router_bin" --config "$cfg" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
       ;;
@@ -151,6 +158,7 @@ start_front() { # label
 
 have_system() { # label
   case $1 in
+    baseline-*) [ -x "${BASELINE_ROUTER:-}" ] ;;
     sglang-*) [ -x "$SGLANG_DIR/venv/bin/python" ] && [ -f "$PEERS/sglang-router.sh" ] ;;
     *) true ;;
   esac

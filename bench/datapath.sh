@@ -6,6 +6,8 @@
 #
 #   bench/datapath.sh                    # DURATION=10s CONNS=32 ROUNDS=3 by default
 #   DURATION=5s ROUNDS=1 bench/datapath.sh   # quicker
+#   BASELINE_BIN=/tmp/old/warmpath-router bench/datapath.sh   # also an older router, side by side
+#   ROUTER_BIN=/tmp/new/warmpath-router bench/datapath.sh     # measure a router built elsewhere
 #
 # The targets take turns, ROUNDS times, and each figure is the median over rounds: on a small
 # shared machine a single run mostly measures who got the CPU.
@@ -41,27 +43,27 @@ if [ "$SKIP_SGLANG" != 1 ]; then
   fi
 fi
 
-for port in 9001 9002 9003 9004 9005 9093 9094; do
+for port in 9001 9002 9003 9004 9005 9006 9093 9094 9096; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "datapath: port $port is busy; stop whatever listens there first" >&2; exit 2
   fi
 done
 
-# The router is built as it would ship: fat LTO and one codegen unit (about 15-20% less CPU per
-# request than the workspace's default release profile, measured with this script). The
-# profile is defined here so the workspace's everyday release builds stay quick; its output
-# goes to target/datapath/. PROFILE=release measures the everyday build instead.
-PROFILE=${PROFILE:-datapath}
-if [ "$PROFILE" = datapath ]; then
-  cargo build -p warmpath-router --profile datapath \
-    --config 'profile.datapath.inherits="release"' --config 'profile.datapath.lto="fat"' \
-    --config 'profile.datapath.codegen-units=1' --config 'profile.datapath.debug=0' >&2
+# The router is measured as it ships: the workspace's release profile (fat LTO, one codegen
+# unit; the Dockerfile and `make demo` build the same). PROFILE=debug measures a debug build.
+PROFILE=${PROFILE:-release}
+if [ -n "${ROUTER_BIN:-}" ]; then
+  router_bin=$ROUTER_BIN   # a router built elsewhere: measured as it is, nothing built
 else
-  # The same package set as compare.sh builds, so that feature unification matches and the
-  # router it already built is reused instead of rebuilt.
-  cargo build -p warmpath-sim -p warmpath-router -p warmpath-bench --profile "$PROFILE" >&2
+# The same package set as compare.sh builds, so that feature unification matches and the router
+# it already built is reused instead of rebuilt.
+if [ "$PROFILE" = release ]; then
+  cargo build -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench --release >&2
+else
+  cargo build -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench --profile "$PROFILE" >&2
 fi
 router_bin=${CARGO_TARGET_DIR:-$root/target}/$PROFILE/warmpath-router
+fi
 
 work=$(mktemp -d)
 pids=()
@@ -93,6 +95,13 @@ WARMPATH_LOG=warn "$router_bin" --config bench/datapath/router.yaml --threads 1 
 pids+=($!); wp1=$!
 WARMPATH_LOG=warn "$router_bin" --config "$work/router-default.yaml" 2>"$work/wpn.log" &
 pids+=($!); wpn=$!
+base=
+if [ -n "${BASELINE_BIN:-}" ]; then
+  sed -e 's/127.0.0.1:9003/127.0.0.1:9006/; s/127.0.0.1:9093/127.0.0.1:9096/' \
+    bench/datapath/router.yaml > "$work/router-baseline.yaml"
+  WARMPATH_LOG=warn "$BASELINE_BIN" --config "$work/router-baseline.yaml" --threads 1 2>"$work/base.log" &
+  pids+=($!); base=$!
+fi
 sgl=
 if [ "$SKIP_SGLANG" != 1 ]; then
   bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" 9005 cache_aware http://127.0.0.1:9001 \
@@ -105,6 +114,7 @@ wait_post http://127.0.0.1:9002
 wait_post http://127.0.0.1:9003
 wait_post http://127.0.0.1:9004
 [ -n "$sgl" ] && wait_post http://127.0.0.1:9005
+[ -n "$base" ] && wait_post http://127.0.0.1:9006
 
 master_children() { pgrep -P "$(cat "$1")" | tr '\n' ' '; }
 backend_pids=$(master_children /tmp/nginx.pid)
@@ -136,6 +146,7 @@ run() { # NAME PORT CONNS DURATION PIDS...
 targets=("direct 9001 $backend_pids" "nginx 9002 $nginx_pids" "warmpath-1thread 9003 $wp1"
          "warmpath-default 9004 $wpn")
 [ -n "$sgl" ] && targets+=("sglang-cache_aware 9005 $sgl")
+[ -n "$base" ] && targets+=("baseline-1thread 9006 $base")
 for round in $(seq "$ROUNDS"); do
   for t in "${targets[@]}"; do
     set -- $t; name=$1 port=$2; shift 2
@@ -154,7 +165,7 @@ done
 large="$work/large.txt"
 for t in "${targets[@]}"; do
   set -- $t; name=$1 port=$2; shift 2
-  case $name in direct|warmpath-1thread|nginx) ;; *) continue ;; esac
+  case $name in direct|warmpath-1thread|nginx|baseline-1thread) ;; *) continue ;; esac
   before=$(ticks "$@")
   line=$(PROMPT_BYTES=400000 wrk -t1 -c4 -d"$LAT_DURATION" -s bench/datapath/post.lua "http://127.0.0.1:$port" | grep '^RESULT')
   after=$(ticks "$@")
@@ -210,7 +221,7 @@ if large:
     for name, r in large.items():
         print(f"{name:<20}{r['rps']:>10.0f} req/s{r['cpu_us_per_req']:>10.0f} us CPU/req  p50 {r['p50_us']/1e3:.2f} ms  errors {r['errors'] + r['non2xx']:.0f}")
 doc = {"benchmark": "datapath", "date": datetime.datetime.utcnow().isoformat() + "Z",
-       "router_profile": os.environ.get("PROFILE", "datapath"),
+       "router_profile": os.environ.get("PROFILE", "release"),
        "host": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
        "wrk": {"threads": 1, "connections": conns, "duration": duration, "prompt_bytes": 2048},
        "rounds": rounds, "results": summary,

@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
-use crate::workload::{Fleet, WorkloadSpec};
+use crate::results::LoadMode;
+use crate::workload::{Burst, Fleet, WorkloadSpec, DEFAULT_WORKING_SET};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum CliError {
@@ -81,15 +82,26 @@ pub struct RunArgs {
     /// Requests in flight (closed loop).
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
-    /// Requests per second (open loop).
+    /// Requests per second (open loop), the mean rate when bursty.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Open loop: bursty arrivals, an on/off modulated Poisson process whose bursts run at
+    /// FACTOR × --rate for 1/FACTOR of the time, nothing between (same mean rate). 1 = Poisson.
+    #[arg(long, value_name = "FACTOR")]
+    pub burst: Option<f64>,
+    /// Open loop with --burst: mean length of one burst plus the quiet gap after it.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub burst_period: Duration,
     /// Stop sending after this long (e.g. 60s, 2m).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Stop after this many requests.
+    /// Stop after this many requests (warm-up included).
     #[arg(long)]
     pub requests: Option<u64>,
+    /// Leave the first W requests to complete out of latencies and throughput (they still warm
+    /// the caches and count in the hit rate and the oracles).
+    #[arg(long, value_name = "W", default_value_t = 0)]
+    pub warmup: u64,
     /// Open loop: most requests in flight before arrivals wait.
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,
@@ -156,6 +168,10 @@ pub struct ReportArgs {
         default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
     )]
     pub font: PathBuf,
+    /// Report results of different commits (each commit's runs in sections of their own)
+    /// instead of refusing.
+    #[arg(long)]
+    pub allow_mixed_commits: bool,
 }
 
 /// The workload and its parameters; any parameter left out takes the default derived from the
@@ -174,6 +190,17 @@ pub struct WorkloadArgs {
     /// Tokens per KV block of the target fleet.
     #[arg(long, default_value_t = Fleet::default().block_size)]
     pub fleet_block_size: u32,
+    /// Size the default workload so its distinct prefix tokens are X times the fleet's total
+    /// KV cache (default 0.5: everything fits; above 1 the cache binds).
+    #[arg(long, value_name = "X")]
+    pub working_set: Option<f64>,
+    /// Zipf exponent of prefix popularity (0 = uniform, 1 ≈ web-like skew).
+    #[arg(
+        long,
+        value_name = "S",
+        help_heading = "shared-prefix, noisy-neighbour, long-doc"
+    )]
+    pub zipf: Option<f64>,
 
     #[arg(long, help_heading = "shared-prefix, noisy-neighbour")]
     pub groups: Option<u32>,
@@ -231,7 +258,14 @@ impl WorkloadArgs {
 
     /// The workload with the fleet's defaults and the given overrides.
     pub fn spec(&self) -> Result<WorkloadSpec, CliError> {
-        let mut spec = WorkloadSpec::defaults_for(&self.workload, &self.fleet())
+        let working_set = self.working_set.unwrap_or(DEFAULT_WORKING_SET);
+        if !(working_set > 0.0 && working_set.is_finite()) {
+            return Err(CliError::Invalid("--working-set must be positive".into()));
+        }
+        if self.zipf.is_some_and(|s| !(s >= 0.0 && s.is_finite())) {
+            return Err(CliError::Invalid("--zipf must be 0 or more".into()));
+        }
+        let mut spec = WorkloadSpec::sized_for(&self.workload, &self.fleet(), working_set)
             .ok_or_else(|| CliError::UnknownWorkload(self.workload.clone()))?;
         let name = spec.name();
         // Every given flag must land somewhere; one that does not apply is an error rather
@@ -245,8 +279,12 @@ impl WorkloadArgs {
                 }
             };
         }
+        if self.working_set.is_some() && spec.prefix_working_set() > 0 {
+            used.push("working-set");
+        }
         match &mut spec {
             WorkloadSpec::SharedPrefix(w) => {
+                set!(w.zipf, self.zipf, "zipf");
                 set!(w.groups, self.groups, "groups");
                 set!(
                     w.prompts_per_group,
@@ -270,6 +308,7 @@ impl WorkloadArgs {
                 set!(w.output_tokens, self.output_tokens, "output-tokens");
             }
             WorkloadSpec::LongDoc(w) => {
+                set!(w.zipf, self.zipf, "zipf");
                 set!(w.documents, self.documents, "documents");
                 set!(
                     w.questions_per_doc,
@@ -303,6 +342,7 @@ impl WorkloadArgs {
             }
             WorkloadSpec::NoisyNeighbour(w) => {
                 set!(w.quiet_tenants, self.quiet_tenants, "quiet-tenants");
+                set!(w.quiet.zipf, self.zipf, "zipf");
                 set!(w.quiet.groups, self.groups, "groups");
                 set!(
                     w.quiet.prompts_per_group,
@@ -329,7 +369,9 @@ impl WorkloadArgs {
                 }
             }
         }
-        let given: [(&'static str, bool); 20] = [
+        let given: [(&'static str, bool); 22] = [
+            ("working-set", self.working_set.is_some()),
+            ("zipf", self.zipf.is_some()),
             ("groups", self.groups.is_some()),
             ("prompts-per-group", self.prompts_per_group.is_some()),
             ("system-tokens", self.system_tokens.is_some()),
@@ -358,6 +400,55 @@ impl WorkloadArgs {
             });
         }
         Ok(spec)
+    }
+}
+
+impl RunArgs {
+    /// How load is offered, checked.
+    pub fn load(&self) -> Result<LoadMode, CliError> {
+        match self.mode {
+            Mode::Closed => {
+                if self.concurrency == 0 {
+                    return Err(CliError::Invalid("--concurrency must be at least 1".into()));
+                }
+                if self.burst.is_some() {
+                    return Err(CliError::Invalid(
+                        "--burst shapes open-loop arrivals: use it with --mode open".into(),
+                    ));
+                }
+                Ok(LoadMode::Closed {
+                    concurrency: self.concurrency,
+                })
+            }
+            Mode::Open => {
+                let rate = self
+                    .rate
+                    .filter(|r| *r > 0.0 && r.is_finite())
+                    .ok_or_else(|| {
+                        CliError::Invalid("--mode open needs --rate R with R > 0".into())
+                    })?;
+                let burst = match self.burst {
+                    None => None,
+                    Some(f) if f.is_finite() && f >= 1.0 => {
+                        if self.burst_period.is_zero() {
+                            return Err(CliError::Invalid(
+                                "--burst-period must be longer than zero".into(),
+                            ));
+                        }
+                        // Factor 1 is plain Poisson: recorded as such, so it compares with
+                        // runs made without the flag.
+                        (f > 1.0).then_some(Burst {
+                            factor: f,
+                            period_s: self.burst_period.as_secs_f64(),
+                        })
+                    }
+                    Some(_) => {
+                        return Err(CliError::Invalid("--burst must be 1 or more".into()));
+                    }
+                };
+                Ok(LoadMode::Open { rate, burst })
+            }
+        }
     }
 }
 
@@ -435,6 +526,101 @@ mod tests {
         assert!(matches!(w.spec(), Err(CliError::UnknownWorkload(_))));
         let w = parse(&["--workload", "noisy-neighbour", "--noisy-share", "2"]);
         assert!(matches!(w.spec(), Err(CliError::Invalid(_))));
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut full = vec!["warmpath-bench", "run", "--url", "http://h:1"];
+        full.extend_from_slice(args);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Run(r) => *r,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn working_set_and_zipf_size_and_skew_the_workload() {
+        let spec = parse(&["--working-set", "1.5", "--zipf", "0.9"])
+            .spec()
+            .unwrap();
+        let fleet = Fleet::default();
+        assert!(spec.prefix_working_set() as f64 >= 1.5 * fleet.fleet_tokens() as f64);
+        assert_eq!(spec.zipf(), Some(0.9));
+        // Explicit sizes still win over the working set.
+        match parse(&["--working-set", "2", "--groups", "3"])
+            .spec()
+            .unwrap()
+        {
+            WorkloadSpec::SharedPrefix(s) => assert_eq!(s.groups, 3),
+            other => panic!("{other:?}"),
+        }
+        // Without the flags: the sizes results have always used.
+        assert_eq!(
+            parse(&[]).spec().unwrap(),
+            WorkloadSpec::defaults_for("shared-prefix", &fleet).unwrap()
+        );
+        let noisy = parse(&["--workload", "noisy-neighbour", "--zipf", "1"]);
+        assert_eq!(noisy.spec().unwrap().zipf(), Some(1.0));
+        for (args, flag) in [
+            (&["--workload", "multi-turn", "--zipf", "1"][..], "zipf"),
+            (
+                &["--workload", "no-sharing", "--working-set", "1"][..],
+                "working-set",
+            ),
+        ] {
+            assert!(
+                matches!(parse(args).spec(), Err(CliError::NotApplicable { flag: f, .. }) if f == flag),
+                "{args:?}"
+            );
+        }
+        for args in [&["--working-set", "0"][..], &["--zipf=-1"][..]] {
+            assert!(
+                matches!(parse(args).spec(), Err(CliError::Invalid(_))),
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_modes_and_bursts() {
+        assert_eq!(
+            run_args(&["--concurrency", "4"]).load(),
+            Ok(LoadMode::Closed { concurrency: 4 })
+        );
+        assert_eq!(
+            run_args(&["--mode", "open", "--rate", "20", "--burst", "4"]).load(),
+            Ok(LoadMode::Open {
+                rate: 20.0,
+                burst: Some(Burst {
+                    factor: 4.0,
+                    period_s: 2.0
+                })
+            })
+        );
+        assert_eq!(
+            run_args(&["--mode", "open", "--rate", "20", "--burst", "1"]).load(),
+            Ok(LoadMode::Open {
+                rate: 20.0,
+                burst: None
+            })
+        );
+        for args in [
+            &["--burst", "3"][..],
+            &["--mode", "open"][..],
+            &["--mode", "open", "--rate", "5", "--burst", "0.5"][..],
+            &[
+                "--mode",
+                "open",
+                "--rate",
+                "5",
+                "--burst",
+                "2",
+                "--burst-period",
+                "0s",
+            ][..],
+            &["--concurrency", "0"][..],
+        ] {
+            assert!(run_args(args).load().is_err(), "{args:?}");
+        }
     }
 
     #[test]

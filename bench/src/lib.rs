@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 pub mod metrics;
 pub mod oracle;
+pub mod provenance;
 pub mod report;
 pub mod results;
 pub mod rng;

@@ -2,19 +2,21 @@
 //! its oracle, `report` turns result files into BENCHMARKS.md and PNG plots.
 #![forbid(unsafe_code)]
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use warmpath_bench::cli::{Cli, Command, DescribeArgs, ExportArgs, Mode, RunArgs};
+use warmpath_bench::cli::{Cli, Command, DescribeArgs, ExportArgs, RunArgs};
 use warmpath_bench::client::{http_client, Target};
 use warmpath_bench::metrics::{fleet_delta, scrape, CacheCounters};
-use warmpath_bench::oracle::{evaluate, scaled_block_size, OracleRequest};
+use warmpath_bench::oracle::{evaluate, scaled_block_size, HitCount, OracleRequest, OracleResult};
+use warmpath_bench::provenance::Provenance;
 use warmpath_bench::results::{aggregate, LoadMode, RunConfig, RunResult, SCHEMA};
 use warmpath_bench::runner::{run, Plan};
-use warmpath_bench::workload::{Fleet, Prompt, WorkloadSpec};
+use warmpath_bench::workload::{Fleet, Prompt, WorkloadSpec, Zipf};
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -33,7 +35,10 @@ fn main() -> Result<()> {
         Command::Describe(args) => describe(args),
         Command::Export(args) => export(args),
         Command::Report(args) => {
-            warmpath_bench::report::write_report(&args.results, &args.out, &args.font)
+            let options = warmpath_bench::report::Options {
+                allow_mixed_commits: args.allow_mixed_commits,
+            };
+            warmpath_bench::report::write_report(&args.results, &args.out, &args.font, options)
                 .with_context(|| format!("writing {}", args.out.display()))
         }
     }
@@ -41,25 +46,15 @@ fn main() -> Result<()> {
 
 async fn run_command(args: RunArgs) -> Result<()> {
     let spec = args.workload.spec()?;
-    let load = match args.mode {
-        Mode::Closed => {
-            if args.concurrency == 0 {
-                bail!("--concurrency must be at least 1");
-            }
-            LoadMode::Closed {
-                concurrency: args.concurrency,
-            }
-        }
-        Mode::Open => match args.rate {
-            Some(r) if r > 0.0 && r.is_finite() => LoadMode::Open { rate: r },
-            _ => bail!("--mode open needs --rate R with R > 0"),
-        },
-    };
+    let load = args.load()?;
     if !(args.oracle_bytes_per_token > 0.0 && args.oracle_bytes_per_token.is_finite()) {
         bail!("--oracle-bytes-per-token must be positive");
     }
     if args.requests.is_none() && args.duration.is_none() {
         bail!("give --requests N or --duration D (or both)");
+    }
+    if args.requests.is_some_and(|n| args.warmup >= n) {
+        bail!("--warmup must be smaller than --requests: nothing would be counted");
     }
     let base_url = args.url.trim_end_matches('/').to_owned();
     base_url
@@ -88,6 +83,9 @@ async fn run_command(args: RunArgs) -> Result<()> {
         );
     }
 
+    // Read before the run so that the commit is that of the tree the run started in, and the
+    // start load average is not the load generator's own.
+    let mut provenance = Provenance::at_start(Path::new("."), std::env::args().collect());
     let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
     let plan = Plan {
         load,
@@ -105,6 +103,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
     )
     .await;
 
+    provenance.finish();
     let mut after = Vec::new();
     for url in &args.metrics_urls {
         after.push(
@@ -128,7 +127,13 @@ async fn run_command(args: RunArgs) -> Result<()> {
         evaluate(&reqs, block_size, blocks, replicas)
     });
 
-    let agg = aggregate(&out.outcomes, out.wall_s);
+    let agg = aggregate(&out.outcomes, args.warmup as usize);
+    if agg.counts.warmup < args.warmup {
+        eprintln!(
+            "warning: only {} requests completed, all of them warm-up (--warmup {}): nothing counted",
+            agg.counts.warmup, args.warmup
+        );
+    }
     let result = RunResult {
         schema: SCHEMA,
         tool: format!("warmpath-bench {}", env!("CARGO_PKG_VERSION")),
@@ -140,12 +145,15 @@ async fn run_command(args: RunArgs) -> Result<()> {
             load,
             requests: args.requests,
             duration_s: args.duration.map(|d| d.as_secs_f64()),
+            warmup: args.warmup,
             seed: args.seed,
             timeout_s: args.timeout.as_secs_f64(),
             ignore_eos: !args.no_ignore_eos,
             workload: spec,
             fleet,
             metrics_urls: args.metrics_urls,
+            max_in_flight: matches!(load, LoadMode::Open { .. }).then_some(args.max_in_flight),
+            oracle_bytes_per_token: (!args.no_oracle).then_some(args.oracle_bytes_per_token),
         },
         started_unix_s,
         wall_s: out.wall_s,
@@ -157,6 +165,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
         by_replica: agg.by_replica,
         cache,
         oracle,
+        provenance,
     };
     eprintln!("{}", one_line_summary(&result));
     let json = serde_json::to_string_pretty(&result)?;
@@ -196,9 +205,14 @@ fn oracle_fleet(fleet: &Fleet, scraped: &[CacheCounters]) -> (usize, usize, usiz
 fn one_line_summary(r: &RunResult) -> String {
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
     let hit = r.cache.as_ref().and_then(|c| c.hit_rate);
-    let oracle = r.oracle.as_ref().and_then(|o| o.belady.hit_rate);
+    let ceiling = |pick: fn(&OracleResult) -> &HitCount| {
+        r.oracle
+            .as_ref()
+            .and_then(|o| pick(o).hit_rate)
+            .map_or("-".into(), |h| format!("{h:.3}"))
+    };
     format!(
-        "{}: {} ok, {} errors {:?}; {:.2} req/s, {:.1} out tok/s; TTFT p50 {} p90 {} p99 {} ms; ITL p50 {} ms; hit rate {} (oracle {})",
+        "{}: {} ok, {} errors {:?}; {:.2} req/s, {:.1} out tok/s; TTFT p50 {} p90 {} p99 {} ms; ITL p50 {} ms; hit rate {} (belady {}, lru perfect placement {}, infinite {})",
         r.config.label,
         r.counts.ok,
         r.counts.errors,
@@ -210,7 +224,9 @@ fn one_line_summary(r: &RunResult) -> String {
         f(r.latency_ms.ttft.p99),
         f(r.latency_ms.itl.p50),
         hit.map_or("-".into(), |h| format!("{h:.3}")),
-        oracle.map_or("-".into(), |h| format!("{h:.3}")),
+        ceiling(|o| &o.belady),
+        ceiling(|o| &o.lru_perfect_placement),
+        ceiling(|o| &o.infinite),
     )
 }
 
@@ -218,15 +234,37 @@ fn describe(args: DescribeArgs) -> Result<()> {
     let spec: WorkloadSpec = args.workload.spec()?;
     let fleet = args.workload.fleet();
     println!("workload: {}", serde_json::to_string_pretty(&spec)?);
+    let ws = spec.prefix_working_set();
     println!(
-        "fleet: {} replicas × {} blocks × {} tokens = {} tokens ({} per replica); prefix working set {} tokens",
+        "fleet: {} replicas × {} blocks × {} tokens = {} tokens ({} per replica)",
         fleet.replicas,
         fleet.kv_blocks,
         fleet.block_size,
         fleet.fleet_tokens(),
         fleet.replica_tokens(),
-        spec.prefix_working_set()
     );
+    println!(
+        "prefix working set: {ws} tokens = {:.2} × the fleet's cache, {:.1} × one replica's{}",
+        ws as f64 / fleet.fleet_tokens().max(1) as f64,
+        ws as f64 / fleet.replica_tokens().max(1) as f64,
+        match args.workload.working_set {
+            Some(x) => format!(" (sized for --working-set {x})"),
+            None => String::new(),
+        }
+    );
+    if let (Some(s), Some(n)) = (spec.zipf(), spec.prefixes()) {
+        if s > 0.0 {
+            let z = Zipf::new(n, s);
+            let tenth = (n as usize).div_ceil(10);
+            println!(
+                "popularity: Zipf s = {s} over {n} prefixes: the hottest gets {:.1} % of requests, the top {tenth} {:.1} %",
+                100.0 * z.top_share(1),
+                100.0 * z.top_share(tenth)
+            );
+        } else {
+            println!("popularity: uniform over {n} prefixes");
+        }
+    }
     for (i, r) in spec.requests(args.seed).take(args.show).enumerate() {
         let shape = match &r.prompt {
             Prompt::Text(t) => format!(
@@ -250,11 +288,11 @@ fn describe(args: DescribeArgs) -> Result<()> {
     let o = evaluate(&reqs, bs, fleet.kv_blocks as usize, fleet.replicas as usize);
     let f = |h: Option<f64>| h.map_or("-".into(), |h| format!("{h:.3}"));
     println!(
-        "oracle over {} requests: belady (fleet) {}, lru (fleet) {}, infinite cache {}, lru (one replica) {}",
+        "ceilings over {} requests: infinite cache {}, belady (fleet's cache, the oracle) {}, lru with perfect placement (fleet's cache) {}, lru (one replica) {}",
         o.requests,
-        f(o.belady.hit_rate),
-        f(o.lru.hit_rate),
         f(o.infinite.hit_rate),
+        f(o.belady.hit_rate),
+        f(o.lru_perfect_placement.hit_rate),
         f(o.one_replica.hit_rate)
     );
     Ok(())

@@ -1,26 +1,38 @@
-//! The oracle: the best prefix-cache hit rate a workload allows with the fleet's total cache.
+//! Oracles: what hit rate the workload allows, computed offline from the exact requests that
+//! were sent, so that a measured hit rate can be read against a ceiling.
 //!
-//! How it is computed. The exact request sequence that was sent (the workload replayed with the
-//! run's seed, as many requests as were sent) is tokenized as the simulator tokenizes (4 bytes
+//! How they are computed. The exact request sequence that was sent (the workload replayed with
+//! the run's seed, as many requests as were sent) is tokenized as the simulator tokenizes (4 bytes
 //! per token, see [`crate::text`]) and cut into chained blocks of `block_size` tokens, as vLLM
 //! does (only full blocks are cached; a block's identity is its whole prefix). The requests are
-//! then played in order against ONE cache holding `replicas × blocks_per_replica` blocks, the
-//! whole fleet's capacity, as if a perfect router had placed every prefix where it would be
-//! found again and no prefix were ever duplicated on two replicas:
+//! then played in order against ONE cache:
 //! - a request hits the longest run of its leading blocks present in the cache, counted in
 //!   tokens and capped at `prompt_tokens − 1` (vLLM always recomputes the last prompt token);
 //!   queries count every prompt token; hit rate = Σ hits / Σ queries, as vLLM's counters;
 //! - after it, all its full blocks are in the cache, and blocks are evicted down to capacity.
 //!
-//! Two eviction rules are reported. `belady` evicts the block whose next use is furthest in the
-//! future (never-used-again first; among equals the deepest block, so the cache stays
-//! prefix-closed): the optimal offline policy, so no router and no replica policy can beat it
-//! with this much memory. That is the oracle. `lru` is what one fleet-sized LRU cache (vLLM's
-//! own policy) would get; `infinite` counts only first-time (compulsory) misses; `one_replica`
-//! is LRU with a single replica's capacity, which shows the workload does not fit one replica.
+//! Three ceilings, from the loosest down, so that "× oracle" says which one a router falls
+//! short of:
+//! - `infinite`: a cache that never evicts, so every repeated block hits and only first uses
+//!   (compulsory misses) miss. The workload's own ceiling, whatever the memory.
+//! - `belady` (the oracle): one cache of the fleet's total blocks (`replicas × blocks`), as if a
+//!   perfect router had placed every prefix where it would be found again and never duplicated
+//!   one on two replicas, with optimal offline eviction (the block whose next use is furthest in
+//!   the future first; never-used-again first; among equals the deepest block, so the cache stays
+//!   prefix-closed). No router and no replica policy can beat it with this much memory.
+//! - `lru_perfect_placement`: the same fleet-sized cache with least-recently-used eviction, the
+//!   engines' own policy: what a router that always finds the warm copy gets when the engines
+//!   evict as they do. A router above it is doing better than perfect placement with engine-like
+//!   eviction could (possible: duplication on purpose, lucky timing); one far below it loses hits
+//!   to placement. When the working set fits (the default workloads) all three coincide, which
+//!   is why workloads sized past the fleet's cache (`--working-set`) are the ones that separate
+//!   routers.
 //!
-//! It is an upper bound in three more ways, said plainly: it ignores the blocks that requests in
-//! flight and generated tokens occupy, it ignores chat-template tokens the server adds beyond
+//! `one_replica` is LRU with a single replica's capacity, which shows the workload does not fit
+//! one replica.
+//!
+//! They are upper bounds in three more ways, said plainly: they ignore the blocks that requests
+//! in flight and generated tokens occupy, they ignore chat-template tokens the server adds beyond
 //! the approximation in [`tokens_of`], and the engine's own tokenizer may cut text differently
 //! from 4-byte tokens (exact for the simulator's default approximation).
 
@@ -129,8 +141,12 @@ pub struct OracleResult {
     pub block_size: usize,
     pub fleet_blocks: usize,
     pub replica_blocks: usize,
+    /// The oracle: optimal eviction in the fleet's total cache.
     pub belady: HitCount,
-    pub lru: HitCount,
+    /// LRU eviction in the fleet's total cache (perfect placement, engine-like eviction).
+    #[serde(alias = "lru")]
+    pub lru_perfect_placement: HitCount,
+    /// No eviction: the workload's ceiling.
     pub infinite: HitCount,
     pub one_replica: HitCount,
     pub method: String,
@@ -158,11 +174,13 @@ pub fn evaluate(
         fleet_blocks,
         replica_blocks,
         belady: belady(reqs, block_size, fleet_blocks),
-        lru: lru(reqs, block_size, fleet_blocks),
+        lru_perfect_placement: lru(reqs, block_size, fleet_blocks),
         infinite: lru(reqs, block_size, usize::MAX),
         one_replica: lru(reqs, block_size, replica_blocks),
-        method: "requests replayed in sent order against one cache of the fleet's total blocks; \
-                 belady = optimal offline eviction (the oracle); see bench/src/oracle.rs"
+        method: "requests replayed in sent order against one cache: infinite = never evicts; \
+                 belady = the fleet's total blocks, optimal offline eviction (the oracle); \
+                 lru_perfect_placement = the fleet's total blocks, LRU eviction; \
+                 see bench/src/oracle.rs"
             .to_owned(),
     }
 }
@@ -309,6 +327,81 @@ mod tests {
         // With room for everything both are the compulsory-miss bound.
         assert_eq!(lru(&seq, 4, 100), belady(&seq, 4, 100));
         assert_eq!(lru(&seq, 4, 100).hits, 15 * 11);
+    }
+
+    /// A B C A B C, each a 2-block prefix plus a unique block (12 tokens), 4 blocks of room:
+    /// all three ceilings differ, and by hand:
+    /// - infinite: the second round hits both prefix blocks of all three (3 × 8 tokens);
+    /// - Belady: after A B C it keeps A's and B's prefixes (used next) and drops C's, so A and B
+    ///   hit in the second round (2 × 8);
+    /// - LRU: C's blocks push out A's, A's push out B's, and so on: nothing ever hits.
+    #[test]
+    fn the_three_ceilings_differ_where_capacity_binds() {
+        let a = || req(&[1, 2], 1, 0);
+        let b = || req(&[3, 4], 1, 1);
+        let c = || req(&[5, 6], 1, 2);
+        let seq = vec![
+            a(),
+            b(),
+            c(),
+            req(&[1, 2], 1, 3),
+            req(&[3, 4], 1, 4),
+            req(&[5, 6], 1, 5),
+        ];
+        let o = evaluate(&seq, 4, 2, 2);
+        assert_eq!(o.fleet_blocks, 4);
+        assert_eq!((o.infinite.hits, o.infinite.queries), (24, 72));
+        assert_eq!((o.belady.hits, o.belady.queries), (16, 72));
+        assert_eq!(
+            (
+                o.lru_perfect_placement.hits,
+                o.lru_perfect_placement.queries
+            ),
+            (0, 72)
+        );
+        // One replica (2 blocks) holds one prefix at a time: A's blocks evicted before A returns.
+        assert_eq!(o.one_replica.hits, 0);
+        assert!((o.infinite.hit_rate.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// Room for two of the three prefixes and their tails: LRU keeps the most recent two, so
+    /// under a pattern that revisits recent prefixes it matches Belady, while the infinite cache
+    /// still counts the revisit of the oldest.
+    #[test]
+    fn lru_matches_belady_on_recency_friendly_streams() {
+        // A B B A C A: each revisit is of one of the two most recent prefixes.
+        let seq = vec![
+            req(&[1, 2], 1, 0),
+            req(&[3, 4], 1, 1),
+            req(&[3, 4], 1, 2),
+            req(&[1, 2], 1, 3),
+            req(&[5, 6], 1, 4),
+            req(&[1, 2], 1, 5),
+        ];
+        let o = evaluate(&seq, 4, 3, 2);
+        assert_eq!(o.belady, o.lru_perfect_placement);
+        assert_eq!(o.belady.hits, 3 * 8);
+        assert_eq!(o.infinite.hits, 3 * 8);
+        // With room for one prefix and its tail (3 blocks) recency is not enough: Belady keeps
+        // the blocks used soonest and beats LRU, and neither reaches the infinite cache.
+        let tight = evaluate(&seq, 4, 3, 1);
+        assert!(
+            tight.belady.hits > tight.lru_perfect_placement.hits,
+            "{tight:?}"
+        );
+        assert!(tight.infinite.hits > tight.belady.hits, "{tight:?}");
+    }
+
+    #[test]
+    fn old_result_files_name_the_lru_ceiling_lru() {
+        let json = serde_json::to_value(evaluate(&[req(&[1], 1, 0)], 4, 1, 1)).unwrap();
+        assert!(json.get("lru_perfect_placement").is_some());
+        let mut old = json.clone();
+        let v = old["lru_perfect_placement"].take();
+        old.as_object_mut().unwrap().remove("lru_perfect_placement");
+        old["lru"] = v;
+        let back: OracleResult = serde_json::from_value(old).unwrap();
+        assert_eq!(serde_json::to_value(back).unwrap(), json);
     }
 
     #[test]

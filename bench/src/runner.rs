@@ -1,6 +1,6 @@
-//! Offering load: closed loop (a fixed number of requests in flight) or open loop (Poisson
-//! arrivals at a rate, whatever the answers do), until a request count or a duration; a
-//! progress line on stderr once a second.
+//! Offering load: closed loop (a fixed number of requests in flight) or open loop (Poisson or
+//! bursty arrivals at a mean rate, whatever the answers do, see [`Arrivals`]), until a request
+//! count or a duration; a progress line on stderr once a second.
 //!
 //! Requests are dispatched in workload order. A request that belongs to a session is sent only
 //! after the session's previous request has finished (in the closed loop it holds its slot
@@ -17,9 +17,8 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::client::{send, HttpClient, Outcome, Target};
 use crate::results::LoadMode;
-use crate::rng::Rng64;
 use crate::stats::quantile;
-use crate::workload::RequestStream;
+use crate::workload::{Arrivals, RequestStream};
 
 /// When to stop sending (the first reached wins; in-flight requests are always awaited).
 #[derive(Debug, Clone, Copy)]
@@ -60,8 +59,11 @@ pub async fn run(
     let deadline = plan
         .duration
         .map(|d| tokio::time::Instant::from_std(run_start + d));
-    let mut arrivals = Rng64::derive(plan.seed, 0xA441_5A15);
-    let mut next_arrival = tokio::time::Instant::from_std(run_start);
+    let mut arrivals = match plan.load {
+        LoadMode::Open { rate, burst } => Some(Arrivals::new(plan.seed, rate, burst)),
+        LoadMode::Closed { .. } => None,
+    };
+    let zero = tokio::time::Instant::from_std(run_start);
     let mut sessions: HashMap<u64, oneshot::Receiver<()>> = HashMap::new();
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let mut n = 0u64;
@@ -73,8 +75,8 @@ pub async fn run(
         if tokio::time::Instant::now() >= end {
             break;
         }
-        if let LoadMode::Open { rate } = plan.load {
-            next_arrival += Duration::from_secs_f64(arrivals.exponential(rate.max(1e-9)));
+        if let Some(arrivals) = &mut arrivals {
+            let next_arrival = zero + Duration::from_secs_f64(arrivals.next_arrival());
             if next_arrival >= end {
                 break;
             }

@@ -1,10 +1,20 @@
-//! Percentiles and summaries of latency samples.
+//! Percentiles and summaries of latency samples, and the spread of a figure over seeds.
 //!
 //! Percentiles interpolate linearly between the two nearest ranks (the "linear" method of
 //! NumPy and of most benchmark tools), so p50 of an even-sized sample is the mean of the two
 //! middle values. Empty samples have no percentiles (`None`), not zero.
+//!
+//! Over seeds, a figure (say one run's TTFT p90) has one value per seed; [`Estimate::of`] gives
+//! their median and a percentile-bootstrap 95 % confidence interval of that median: the values
+//! are resampled with replacement [`RESAMPLES`] times by a seeded generator (so a report is the
+//! same every time it is regenerated), and the interval runs from the 2.5th to the 97.5th
+//! percentile of the resamples' medians. With few seeds the interval is wide and coarse (with
+//! five it can only end on one of the five values), which is the honest answer: five runs do not
+//! pin a figure down any finer.
 
 use serde::{Deserialize, Serialize};
+
+use crate::rng::Rng64;
 
 /// The `q`-th quantile (0.0..=1.0) of `sorted` (ascending).
 pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
@@ -59,6 +69,105 @@ pub fn cdf_points(sorted: &[f64], points: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Bootstrap resamples behind every interval.
+pub const RESAMPLES: usize = 2000;
+
+/// Seed of the bootstrap's generator: fixed, so the same results give the same report.
+const BOOTSTRAP_SEED: u64 = 0xB007_5742_0095;
+
+/// The median of `values` (NaNs ignored).
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
+}
+
+/// One figure over seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub median: f64,
+    /// Seeds (values) behind it.
+    pub n: usize,
+    /// Bootstrap 95 % confidence interval of the median; `None` with one seed.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// Where an estimate lies against a bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The whole interval is on the good side.
+    Clears,
+    /// The whole interval is on the bad side.
+    Fails,
+    /// The interval contains the bound: the data cannot tell.
+    Straddles,
+    /// One seed: no interval; says which side the single value is on.
+    Point { clears: bool },
+}
+
+impl Estimate {
+    /// The median of `values` and, with two or more, the bootstrap interval of it.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        Self::bootstrap(values, RESAMPLES, BOOTSTRAP_SEED)
+    }
+
+    pub fn bootstrap(values: &[f64], resamples: usize, seed: u64) -> Option<Self> {
+        let values: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+        let median = median(&values)?;
+        let n = values.len();
+        if n < 2 || resamples == 0 {
+            return Some(Self {
+                median,
+                n,
+                interval: None,
+            });
+        }
+        let mut rng = Rng64::new(seed);
+        let mut sample = vec![0.0; n];
+        let mut medians: Vec<f64> = (0..resamples)
+            .map(|_| {
+                for x in sample.iter_mut() {
+                    *x = values[rng.below(n as u64) as usize];
+                }
+                sample.sort_by(f64::total_cmp);
+                quantile(&sample, 0.5).unwrap_or(median)
+            })
+            .collect();
+        medians.sort_by(f64::total_cmp);
+        let lo = quantile(&medians, 0.025).unwrap_or(median);
+        let hi = quantile(&medians, 0.975).unwrap_or(median);
+        Some(Self {
+            median,
+            n,
+            interval: Some((lo, hi)),
+        })
+    }
+
+    /// Against "at least `bound`".
+    pub fn at_least(&self, bound: f64) -> Side {
+        match self.interval {
+            None => Side::Point {
+                clears: self.median >= bound,
+            },
+            Some((lo, _)) if lo >= bound => Side::Clears,
+            Some((_, hi)) if hi < bound => Side::Fails,
+            Some(_) => Side::Straddles,
+        }
+    }
+
+    /// Against "at most `bound`".
+    pub fn at_most(&self, bound: f64) -> Side {
+        match self.interval {
+            None => Side::Point {
+                clears: self.median <= bound,
+            },
+            Some((_, hi)) if hi <= bound => Side::Clears,
+            Some((lo, _)) if lo > bound => Side::Fails,
+            Some(_) => Side::Straddles,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +213,72 @@ mod tests {
         let c = cdf_points(&v, 3);
         assert_eq!(c, vec![0.0, 5.0, 10.0]);
         assert!(cdf_points(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn one_value_has_no_interval() {
+        let e = Estimate::of(&[7.0]).unwrap();
+        assert_eq!((e.median, e.n, e.interval), (7.0, 1, None));
+        assert_eq!(e.at_least(5.0), Side::Point { clears: true });
+        assert_eq!(e.at_most(5.0), Side::Point { clears: false });
+        assert!(Estimate::of(&[]).is_none());
+    }
+
+    #[test]
+    fn bootstrap_interval_brackets_the_median_and_is_reproducible() {
+        let v = [10.0, 11.0, 12.0, 13.0, 30.0];
+        let e = Estimate::of(&v).unwrap();
+        assert_eq!((e.median, e.n), (12.0, 5));
+        let (lo, hi) = e.interval.unwrap();
+        // Medians of resamples of five values are always among the five values.
+        assert!(v.contains(&lo) && v.contains(&hi), "{lo} {hi}");
+        assert!(lo < 12.0 && 12.0 < hi, "{lo} {hi}");
+        // The outlier is the median of a resample when it is drawn three times or more: about
+        // 5.8 % of resamples, more than the 2.5 % above the upper end, so the upper end is the
+        // outlier (five seeds cannot rule out that the figure is that high); likewise below.
+        assert_eq!((lo, hi), (10.0, 30.0));
+        assert_eq!(Estimate::of(&v), Some(e));
+        // Another bootstrap seed may move the ends, never the median.
+        let other = Estimate::bootstrap(&v, RESAMPLES, 1).unwrap();
+        assert_eq!(other.median, 12.0);
+        // Identical values: a zero-width interval.
+        let flat = Estimate::of(&[2.0; 4]).unwrap();
+        assert_eq!(flat.interval, Some((2.0, 2.0)));
+    }
+
+    #[test]
+    fn more_seeds_narrow_the_interval() {
+        let mut rng = Rng64::new(11);
+        let draw = |rng: &mut Rng64, n: usize| -> Vec<f64> {
+            (0..n).map(|_| 100.0 + 10.0 * (rng.unit() - 0.5)).collect()
+        };
+        let width = |e: Estimate| e.interval.map(|(lo, hi)| hi - lo).unwrap();
+        let few = width(Estimate::of(&draw(&mut rng, 5)).unwrap());
+        let many = width(Estimate::of(&draw(&mut rng, 200)).unwrap());
+        assert!(many < few / 3.0, "{many} vs {few}");
+    }
+
+    #[test]
+    fn sides_of_a_bound() {
+        let e = Estimate {
+            median: 10.0,
+            n: 5,
+            interval: Some((8.0, 12.0)),
+        };
+        assert_eq!(e.at_least(7.0), Side::Clears);
+        assert_eq!(e.at_least(8.0), Side::Clears);
+        assert_eq!(e.at_least(10.0), Side::Straddles);
+        assert_eq!(e.at_least(12.5), Side::Fails);
+        assert_eq!(e.at_most(12.0), Side::Clears);
+        assert_eq!(e.at_most(9.0), Side::Straddles);
+        assert_eq!(e.at_most(7.9), Side::Fails);
     }
 }

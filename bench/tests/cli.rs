@@ -43,6 +43,8 @@ async fn run_then_report() {
         "64",
         "--requests",
         "24",
+        "--warmup",
+        "4",
         "--concurrency",
         "4",
         "--metrics-url",
@@ -67,20 +69,69 @@ async fn run_then_report() {
     assert!(status.success());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(v["counts"]["ok"], 24);
+    // 24 sent, the first 4 to complete are warm-up: 20 counted.
+    assert_eq!(v["counts"]["sent"], 24);
+    assert_eq!(v["counts"]["warmup"], 4);
+    assert_eq!(v["counts"]["ok"], 20);
+    assert_eq!(v["latency_ms"]["ttft"]["count"], 20);
+    let window = v["throughput"]["window_s"].as_f64().unwrap();
+    assert!(
+        window > 0.0 && window < v["wall_s"].as_f64().unwrap(),
+        "{window}"
+    );
     assert_eq!(v["config"]["workload"]["kind"], "shared-prefix");
     // Everything went to the first replica; the fleet figures still cover both.
     let cache = &v["cache"];
     assert_eq!(cache["replicas"].as_array().unwrap().len(), 2);
     assert_eq!(cache["replicas"][1]["queries"], 0.0);
+    // The engines' own counts: every request (warm-up included) finished on the first replica,
+    // and the engines' TTFT histogram saw each of them.
+    assert_eq!(cache["replicas"][0]["requests"], 24.0);
+    assert_eq!(cache["replicas"][1]["requests"], 0.0);
+    let engine = &cache["engine_ttft_ms"];
+    assert_eq!(engine["count"], 24.0);
+    let (engine_p90, engine_mean) = (
+        engine["p90"].as_f64().unwrap(),
+        engine["mean"].as_f64().unwrap(),
+    );
+    assert!(engine_mean > 0.0 && engine_p90 > 0.0, "{engine}");
     let hit = cache["hit_rate"].as_f64().unwrap();
     let oracle = v["oracle"]["belady"]["hit_rate"].as_f64().unwrap();
     assert!(
         hit > 0.0 && hit <= oracle + 1e-9,
         "hit {hit} oracle {oracle}"
     );
+    // The ceilings in order: LRU with perfect placement ≤ Belady ≤ an infinite cache.
+    let lru = v["oracle"]["lru_perfect_placement"]["hit_rate"]
+        .as_f64()
+        .unwrap();
+    let infinite = v["oracle"]["infinite"]["hit_rate"].as_f64().unwrap();
+    assert!(
+        lru <= oracle && oracle <= infinite,
+        "{lru} {oracle} {infinite}"
+    );
     // The oracle used the replicas' own cache shape (2 × 64 blocks).
     assert_eq!(v["oracle"]["fleet_blocks"], 128);
+    // Provenance: the command line, the load average (Linux), and the commit of the tree the
+    // test runs in (cargo runs it in bench/, inside the repository, when git is there).
+    assert_eq!(v["schema"], 2);
+    let prov = &v["provenance"];
+    assert_eq!(prov["argv"][1], "run");
+    assert!(prov["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--warmup"));
+    if std::path::Path::new("/proc/loadavg").exists() {
+        assert_eq!(prov["load_average"]["start"].as_array().unwrap().len(), 3);
+        assert_eq!(prov["load_average"]["end"].as_array().unwrap().len(), 3);
+    }
+    let git = Command::new("git").args(["rev-parse", "HEAD"]).output();
+    if let Some(o) = git.ok().filter(|o| o.status.success()) {
+        let head = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+        assert_eq!(prov["commit"], head.as_str());
+        assert!(prov["dirty"].is_boolean());
+    }
 
     if !std::path::Path::new(FONT).exists() {
         eprintln!("!!!!! SKIPPING the report half of this test: {FONT} is missing (apt-get install fonts-dejavu-core) !!!!!");
@@ -99,8 +150,14 @@ async fn run_then_report() {
         .unwrap();
     assert!(status.success());
     let text = std::fs::read_to_string(&md).unwrap();
-    assert!(text.contains("| direct | 24 | 0 |"), "{text}");
-    assert!(text.contains("How the oracle is computed"));
+    assert!(text.contains("| direct | 1 | 20 | 0 |"), "{text}");
+    assert!(text.contains("1 seed per point, no intervals"), "{text}");
+    assert!(text.contains("the first 4 completions left out as warm-up"));
+    assert!(text.contains("How the oracles are computed"));
+    assert!(text.contains("| hit rate | Belady | LRU, perfect placement | infinite |"));
+    // The collapse onto one replica is plain: all of the load on one, none on the other.
+    assert!(text.contains("| 1.00 | 0.00 | 1 of 2 |"), "{text}");
+    assert!(text.contains("## Provenance"), "{text}");
     for png in [
         "sim-shared-prefix-ttft-cdf.png",
         "sim-shared-prefix-hit-rate.png",
@@ -109,6 +166,42 @@ async fn run_then_report() {
         assert_eq!(&bytes[1..4], b"PNG", "{png}");
         assert!(text.contains(png));
     }
+    // A result of another commit: refused, naming the file, unless mixing is asked for.
+    let mut other = v.clone();
+    other["provenance"]["commit"] = "0123456789abcdef0123456789abcdef01234567".into();
+    std::fs::write(dir.join("other.json"), other.to_string()).unwrap();
+    let report = |extra: &[&str]| {
+        let mut args = vec![
+            "report",
+            "--results",
+            dir.to_str().unwrap(),
+            "--out",
+            md.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Command::new(bin).args(args).output().unwrap()
+    };
+    let o = report(&[]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("different commits") && err.contains("other.json"),
+        "{err}"
+    );
+    let o = report(&["--allow-mixed-commits"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("come from 2 commits"), "{text}");
+    // A result file of a schema this build does not know: a clear error naming it.
+    other["schema"] = 99.into();
+    std::fs::write(dir.join("other.json"), other.to_string()).unwrap();
+    let o = report(&["--allow-mixed-commits"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("other.json has result schema 99"),
+        "{err}"
+    );
+
     // Bad input: a results folder without results is a clear error, not an empty report.
     let empty = scratch("empty");
     let o = Command::new(bin)
@@ -130,7 +223,19 @@ async fn run_then_report() {
 #[test]
 fn bad_arguments_are_refused_with_a_reason() {
     let bin = env!("CARGO_BIN_EXE_warmpath-bench");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "1",
+                "--burst",
+                "3",
+            ],
+            "--burst shapes open-loop arrivals",
+        ),
         (
             &[
                 "run",
@@ -146,6 +251,18 @@ fn bad_arguments_are_refused_with_a_reason() {
         (
             &["run", "--url", "http://127.0.0.1:9"],
             "--requests N or --duration",
+        ),
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "5",
+                "--warmup",
+                "5",
+            ],
+            "--warmup must be smaller than --requests",
         ),
         (
             &["run", "--url", "ftp://x", "--requests", "1"],

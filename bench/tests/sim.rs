@@ -11,7 +11,7 @@ use warmpath_bench::metrics::{fleet_delta, scrape};
 use warmpath_bench::oracle::{evaluate, OracleRequest};
 use warmpath_bench::results::{aggregate, LoadMode};
 use warmpath_bench::runner::{run, Plan};
-use warmpath_bench::workload::{Fleet, MultiTurn, SharedPrefix, WorkloadSpec};
+use warmpath_bench::workload::{Arrivals, Burst, Fleet, MultiTurn, SharedPrefix, WorkloadSpec};
 
 async fn sim(extra: &[&str]) -> warmpath_sim::SimHandle {
     let mut args = vec!["warmpath-sim", "--listen", "127.0.0.1:0"];
@@ -51,6 +51,7 @@ async fn oracle_matches_the_simulator_cache_exactly_when_everything_fits() {
             system_tokens: 200,
             question_tokens: 20,
             output_tokens: 4,
+            zipf: 0.0,
         }),
         WorkloadSpec::MultiTurn(MultiTurn {
             active: 2,
@@ -80,7 +81,7 @@ async fn oracle_matches_the_simulator_cache_exactly_when_everything_fits() {
         .await;
         let after = scrape(&client, &metrics[0]).await.unwrap();
         let cache = fleet_delta(&metrics, &[before], &[after]);
-        let agg = aggregate(&out.outcomes, out.wall_s);
+        let agg = aggregate(&out.outcomes, 0);
         let (counts, throughput) = (agg.counts, agg.throughput);
         assert_eq!(counts.ok, n, "{:?}", counts.error_samples);
         // ignore_eos: exactly max_tokens per request, counted from the usage block.
@@ -125,7 +126,7 @@ async fn closed_and_open_loop_stream_and_time_every_request() {
         false,
     )
     .await;
-    let agg = aggregate(&out.outcomes, out.wall_s);
+    let agg = aggregate(&out.outcomes, 0);
     let (counts, tp, lat, cdf) = (agg.counts, agg.throughput, agg.latency_ms, agg.ttft_cdf_ms);
     assert_eq!((counts.sent, counts.ok, counts.errors), (30, 30, 0));
     assert_eq!(lat.ttft.count, 30);
@@ -137,25 +138,55 @@ async fn closed_and_open_loop_stream_and_time_every_request() {
     assert_eq!(cdf.len(), 101);
 
     let open = Plan {
-        load: LoadMode::Open { rate: 40.0 },
+        load: LoadMode::Open {
+            rate: 40.0,
+            burst: None,
+        },
         requests: Some(20),
         duration: Some(Duration::from_secs(30)),
         max_in_flight: 64,
         seed: 2,
     };
-    let out = run(
-        client,
-        target(addrs[0], Duration::from_secs(10)),
-        spec.requests(1),
-        open,
-        false,
-    )
-    .await;
-    let counts = aggregate(&out.outcomes, out.wall_s).counts;
-    assert_eq!((counts.sent, counts.ok), (20, 20));
+    let send_all = |plan: Plan| {
+        let (client, target, requests) = (
+            client.clone(),
+            target(addrs[0], Duration::from_secs(10)),
+            spec.requests(1),
+        );
+        async move {
+            let out = run(client, target, requests, plan, false).await;
+            let counts = aggregate(&out.outcomes, 0).counts;
+            assert_eq!((counts.sent, counts.ok), (20, 20));
+            out
+        }
+    };
+    let out = send_all(open).await;
     // Poisson arrivals at 40/s: 20 requests are spread over about half a second, not sent at once.
     let last_start = out.outcomes.iter().map(|o| o.start_s).fold(0.0, f64::max);
     assert!(last_start > 0.1, "{last_start}");
+
+    // Bursty arrivals of the same mean rate: every request still sent and answered, at the
+    // times the seeded process says.
+    let burst = Burst {
+        factor: 4.0,
+        period_s: 0.4,
+    };
+    let bursty = Plan {
+        load: LoadMode::Open {
+            rate: 40.0,
+            burst: Some(burst),
+        },
+        ..open
+    };
+    let out = send_all(bursty).await;
+    let mut starts: Vec<f64> = out.outcomes.iter().map(|o| o.start_s).collect();
+    starts.sort_by(f64::total_cmp);
+    let mut arrivals = Arrivals::new(2, 40.0, Some(burst));
+    let planned: Vec<f64> = (0..20).map(|_| arrivals.next_arrival()).collect();
+    for (s, p) in starts.iter().zip(&planned) {
+        // Sent at its arrival time, give or take the scheduler.
+        assert!(*s >= p - 0.005 && *s < p + 0.25, "sent {s} planned {p}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,21 +111,12 @@ impl Ctx {
         let ns = obj
             .namespace()
             .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
-        let mut value = serde_json::to_value(status).map_err(|source| Error::Serialize {
-            what: "status",
-            source,
-        })?;
-        // Merge patches keep fields they do not mention: name the ones to clear.
-        if let Some(map) = value.as_object_mut() {
-            for key in nulls {
-                map.entry(*key).or_insert(serde_json::Value::Null);
-            }
-        }
+        let patch = StatusPatch::new(status, nulls)?;
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
         api.patch_status(
             &obj.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": value })),
+            &Patch::Merge(patch),
         )
         .await?;
         self.metrics
@@ -164,8 +155,66 @@ impl Ctx {
     }
 }
 
+/// The body of a status merge patch: `status` alone, so it can never touch spec or metadata.
+#[derive(Debug, Serialize)]
+struct StatusPatch {
+    status: serde_json::Value,
+}
+
+impl StatusPatch {
+    /// The whole of `status`, plus an explicit `null` for each of `nulls` the status leaves
+    /// out: a merge patch keeps the fields it does not mention, so the ones to clear are named.
+    fn new<S: Serialize>(status: &S, nulls: &[&str]) -> Result<Self, Error> {
+        let mut status = serde_json::to_value(status).map_err(|source| Error::Serialize {
+            what: "status",
+            source,
+        })?;
+        if let Some(map) = status.as_object_mut() {
+            for key in nulls {
+                map.entry(*key).or_insert(serde_json::Value::Null);
+            }
+        }
+        Ok(Self { status })
+    }
+}
+
 /// Retries failed reconciles after a short pause (the API server or a conflict).
 pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Ctx>) -> Action {
     tracing::warn!(%error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StatusPatch;
+    use warmpath_api::v1alpha1::TenantPolicyStatus;
+
+    #[test]
+    fn status_patches_carry_only_the_status_and_clear_named_fields() {
+        let status = TenantPolicyStatus {
+            observed_generation: Some(2),
+            api_keys: None,
+            conditions: Vec::new(),
+        };
+        let body = |nulls: &[&str]| {
+            serde_json::to_value(StatusPatch::new(&status, nulls).unwrap()).unwrap()
+        };
+        assert_eq!(
+            body(&["apiKeys"]),
+            serde_json::json!({ "status": { "observedGeneration": 2, "apiKeys": null } })
+        );
+        assert_eq!(
+            body(&[]),
+            serde_json::json!({ "status": { "observedGeneration": 2 } })
+        );
+        // A field the status has is sent as it is, not cleared.
+        let with_keys = TenantPolicyStatus {
+            api_keys: Some(3),
+            ..status
+        };
+        assert_eq!(
+            serde_json::to_value(StatusPatch::new(&with_keys, &["apiKeys"]).unwrap()).unwrap(),
+            serde_json::json!({ "status": { "observedGeneration": 2, "apiKeys": 3 } })
+        );
+    }
 }

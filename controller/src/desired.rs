@@ -5,7 +5,8 @@
 
 use crate::naming::{self, MANAGED_BY, MANAGED_BY_LABEL, POOL_LABEL};
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, InferenceReplicaSpec};
 
@@ -51,6 +52,31 @@ pub struct DesiredReplica {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub spec: InferenceReplicaSpec,
+}
+
+impl DesiredReplica {
+    /// The object the controller applies (server-side) for this replica in `namespace`, owned
+    /// by `owner`. Typed, so `apiVersion` and `kind` come from the CRD's Rust type and cannot
+    /// drift from it.
+    pub fn to_object(&self, namespace: &str, owner: Option<&OwnerReference>) -> InferenceReplica {
+        let mut replica = InferenceReplica::new(&self.name, self.spec.clone());
+        replica.metadata.namespace = Some(namespace.to_owned());
+        replica.metadata.labels = Some(self.labels.clone());
+        // Always sent, even empty: under server-side apply the list this manager sends is the
+        // list it owns, and the apply body has always carried it.
+        replica.metadata.owner_references = Some(owner.into_iter().cloned().collect());
+        replica
+    }
+}
+
+/// The owner reference every managed replica of `pool` carries: the pool as controller, with
+/// blocking owner deletion so that a foreground deletion of the pool waits for its replicas.
+/// `None` when the pool has no uid (never the case for a pool read from the API server).
+pub fn pool_owner(pool: &InferencePool) -> Option<OwnerReference> {
+    pool.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    })
 }
 
 /// Counts of a pool's selected pods, for its status.
@@ -310,6 +336,60 @@ pub(crate) mod tests {
                 .0
                 .is_empty()
         );
+    }
+
+    /// The applied body, pinned field for field to what the controller sent when it was a
+    /// hand-written JSON object, so that the typed object changes nothing on the wire.
+    #[test]
+    fn applied_object_is_the_same_on_the_wire() {
+        let p = pool("llama", &[("app", "vllm")], Some(8000));
+        let pods = [pod("vllm-0", &[("app", "vllm")], Some("10.0.0.7"), true)];
+        let (desired, _) = desired_replicas(&p, &pods);
+        let owner = pool_owner(&p);
+        let body = |owner: Option<&OwnerReference>| {
+            serde_json::to_value(desired[0].to_object("ns", owner)).unwrap()
+        };
+        let mut expected = serde_json::json!({
+            "apiVersion": "warmpath.dev/v1alpha1",
+            "kind": "InferenceReplica",
+            "metadata": {
+                "name": "llama-vllm-0-725b37ca",
+                "namespace": "ns",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "warmpath-controller",
+                    "warmpath.dev/pool": "llama",
+                },
+                "ownerReferences": [{
+                    "apiVersion": "warmpath.dev/v1alpha1",
+                    "kind": "InferencePool",
+                    "name": "llama",
+                    "uid": "uid-llama",
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "address": "10.0.0.7",
+                "pod": "vllm-0",
+                "pool": "llama",
+                "port": 8000,
+            },
+        });
+        assert_eq!(body(owner.as_ref()), expected);
+        // Without an owner the list is still sent, empty.
+        expected["metadata"]["ownerReferences"] = serde_json::json!([]);
+        assert_eq!(body(None), expected);
+        // The version on the wire is the type's own.
+        assert_eq!(
+            body(None)["apiVersion"],
+            InferenceReplica::api_version(&()).as_ref()
+        );
+        assert_eq!(body(None)["kind"], InferenceReplica::kind(&()).as_ref());
+        // And the body reads back as the replica the plan compares against.
+        let back: InferenceReplica = serde_json::from_value(body(owner.as_ref())).unwrap();
+        assert!(is_managed(&back));
+        assert_eq!(back.spec, desired[0].spec);
+        assert_eq!(back.owner_references(), owner.as_slice());
     }
 
     #[test]

@@ -49,11 +49,7 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
         existing.iter().map(|r| r.as_ref()),
     );
     let api: Api<InferenceReplica> = Api::namespaced(ctx.client.clone(), &ns);
-    // Blocking owner deletion: with foreground deletion the pool waits for its replicas.
-    let owner = pool.controller_owner_ref(&()).map(|mut o| {
-        o.block_owner_deletion = Some(true);
-        o
-    });
+    let owner = desired::pool_owner(pool);
     // Writes go out a few at a time: a rollout of hundreds of pods must not wait on one
     // round trip per pod in sequence, nor flood the API server.
     let (api, owner, ns_ref, name_ref) = (&api, &owner, &ns, &name);
@@ -64,21 +60,10 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
                 if !ctx.leader.is_leader() {
                     return Ok(None);
                 }
-                let obj = serde_json::json!({
-                    "apiVersion": "warmpath.dev/v1alpha1",
-                    "kind": "InferenceReplica",
-                    "metadata": {
-                        "name": d.name,
-                        "namespace": ns,
-                        "labels": d.labels,
-                        "ownerReferences": owner.iter().collect::<Vec<_>>(),
-                    },
-                    "spec": d.spec,
-                });
                 api.patch(
                     &d.name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&obj),
+                    &Patch::Apply(d.to_object(ns, owner.as_ref())),
                 )
                 .await?;
                 let pod = d.spec.pod.as_deref().unwrap_or_default();

@@ -56,11 +56,11 @@ fn watch_table(
     seen: Arc<Mutex<Seen>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
-    let shared = router.shared.clone();
+    let tables = router.tables();
     tokio::spawn(async move {
         let mut last: Option<usize> = None;
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let table = shared.table();
+            let table = tables.current();
             let ptr = Arc::as_ptr(&table) as usize;
             if last != Some(ptr) {
                 last = Some(ptr);
@@ -308,7 +308,7 @@ async fn main() {
         controller.id(),
         vm(controller.id(), "VmHWM:"),
         vm(controller.id(), "VmRSS:"),
-        router.shared.metrics.kubernetes.table_rebuilds.get()
+        router.metrics().kubernetes.table_rebuilds.get()
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     watcher.await.unwrap();

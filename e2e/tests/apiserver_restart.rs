@@ -71,7 +71,7 @@ async fn router_serves_through_an_api_server_restart_and_converges() {
     );
     assert!(served_during > 0, "no request was served during the outage");
     assert!(
-        router.shared.metrics.kubernetes.watch_errors.get() > 0,
+        router.metrics().kubernetes.watch_errors.get() > 0,
         "the router never noticed the outage"
     );
 

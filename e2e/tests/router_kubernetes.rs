@@ -29,7 +29,7 @@ async fn ready_pods_are_routed_with_affinity_and_a_deleted_pod_gets_no_traffic_w
     let _controller = start_controller(ns.cluster(), &n, "controller-0");
     let router = k8s_router(&client, &n).await;
     wait_for("the first list", Duration::from_secs(30), || {
-        router.shared.discovery_synced()
+        router.discovery().synced()
     })
     .await;
 
@@ -157,7 +157,7 @@ async fn hand_written_replicas_are_routed_and_unresolved_ones_are_not() {
         [format!("{n}/vm-a"), format!("{n}/vm-b")],
         "the replica of a missing pool must not be routed"
     );
-    assert_eq!(router.shared.metrics.kubernetes.skipped_replicas.get(), 1);
+    assert_eq!(router.metrics().kubernetes.skipped_replicas.get(), 1);
 
     let mut seen = BTreeSet::new();
     for seed in 0..8u64 {
@@ -191,7 +191,7 @@ async fn hand_written_replicas_are_routed_and_unresolved_ones_are_not() {
         .await
         .unwrap();
     wait_for("the model to go", Duration::from_secs(10), || {
-        !router.shared.table().serves("tiny")
+        !router.table().serves("tiny")
     })
     .await;
     let reply = complete(router.addr, "hello").await.unwrap();
@@ -220,14 +220,14 @@ async fn readiness_waits_for_the_first_list_and_says_why() {
     // The router's account may not read warmpath resources yet.
     let router = k8s_router(&router_client, &n).await;
     wait_for("a watch error", Duration::from_secs(20), || {
-        router.shared.discovery_error().is_some()
+        router.discovery().error().is_some()
     })
     .await;
     let (status, body) = get(router.admin_addr, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("waiting for the first full list"), "{body}");
     assert!(body.contains("forbidden"), "the reason is shown: {body}");
-    assert!(!router.shared.discovery_synced());
+    assert!(!router.discovery().synced());
 
     let pods = sim_pods(1).await;
     create_pool(&client, &n, "ext", None, pods.port).await;
@@ -265,7 +265,7 @@ async fn readiness_waits_for_the_first_list_and_says_why() {
     let took = wait_for(
         "the first list once allowed",
         Duration::from_secs(30),
-        || router.shared.discovery_synced(),
+        || router.discovery().synced(),
     )
     .await;
     eprintln!("read access granted -> synced in {took:?}");

@@ -2,20 +2,48 @@
 //! answers) and `/readyz` (at least one replica can take traffic).
 
 use crate::errors::{full_body, ApiError, RespBody};
-use crate::metrics::ReplicaLabels;
-use crate::Shared;
+use crate::metrics::{Metrics, ReplicaLabels};
+use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::index::SharedIndex;
+use crate::state::publish::TableReader;
+use crate::state::replica::Replicas;
+use crate::state::table::Table;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Instant;
 use warmpath_routing::index::PrefixIndex;
 
-pub fn handle<B>(shared: &Shared, req: Request<B>) -> Response<RespBody> {
+/// What the admin listener reads; it writes nothing the request path depends on.
+#[derive(Clone)]
+pub struct AdminState {
+    pub tables: TableReader,
+    pub metrics: Arc<Metrics>,
+    pub index: SharedIndex,
+    pub replicas: Replicas,
+    pub discovery: Arc<DiscoveryStatus>,
+}
+
+/// The admin listener as a tower service.
+pub fn service<B>(
+    state: AdminState,
+) -> impl tower::Service<
+    Request<B>,
+    Response = Response<RespBody>,
+    Error = Infallible,
+    Future = std::future::Ready<Result<Response<RespBody>, Infallible>>,
+> + Clone {
+    tower::service_fn(move |req| std::future::ready(Ok(handle(&state, req))))
+}
+
+pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return ApiError::method_not_allowed(req.method(), req.uri().path()).into_response();
     }
     match req.uri().path() {
         "/metrics" => {
-            refresh_gauges(shared);
-            let mut resp = Response::new(full_body(shared.metrics.encode()));
+            refresh_gauges(state);
+            let mut resp = Response::new(full_body(state.metrics.encode()));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(
@@ -25,7 +53,7 @@ pub fn handle<B>(shared: &Shared, req: Request<B>) -> Response<RespBody> {
             resp
         }
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
-        "/readyz" => readiness(shared),
+        "/readyz" => readiness(&state.tables.current(), &state.discovery),
         path => ApiError::not_found(path).into_response(),
     }
 }
@@ -40,15 +68,15 @@ fn text(status: StatusCode, body: String) -> Response<RespBody> {
     resp
 }
 
-pub(crate) fn readiness(shared: &Shared) -> Response<RespBody> {
-    if !shared.discovery_synced() {
+/// Ready once discovery has listed (Kubernetes mode) and some model has a ready replica.
+pub(crate) fn readiness(table: &Table, discovery: &DiscoveryStatus) -> Response<RespBody> {
+    if !discovery.synced() {
         let mut body = "waiting for the first full list of InferencePools, InferenceReplicas and TenantPolicies from the Kubernetes API\n".to_owned();
-        if let Some(e) = shared.discovery_error() {
+        if let Some(e) = discovery.error() {
             body.push_str(&format!("last error: {e}\n"));
         }
         return text(StatusCode::SERVICE_UNAVAILABLE, body);
     }
-    let table = shared.table();
     let now = Instant::now();
     let mut any = false;
     let mut lines = String::new();
@@ -74,9 +102,9 @@ pub(crate) fn readiness(shared: &Shared) -> Response<RespBody> {
 }
 
 /// Gauges are sampled when scraped rather than maintained on the request path.
-fn refresh_gauges(shared: &Shared) {
-    let m = &shared.metrics;
-    let stats = shared.index.lock().stats();
+fn refresh_gauges(state: &AdminState) {
+    let m = &state.metrics;
+    let stats = state.index.lock().stats();
     m.index_bytes.set(stats.bytes as i64);
     m.index_capacity_bytes.set(stats.capacity_bytes as i64);
     m.index_entries.set(stats.entries as i64);
@@ -88,7 +116,7 @@ fn refresh_gauges(shared: &Shared) {
             .set(m.prefix_blocks_matched.get() as f64 / queried as f64);
     }
     let now = Instant::now();
-    for r in shared.registry.lock().all() {
+    for r in state.replicas.snapshot() {
         let labels = ReplicaLabels {
             replica: r.name.clone(),
         };

@@ -1,17 +1,14 @@
-//! Reading a client request: a bounded, timed body read, then a parse of only the fields routing
-//! needs (model, prompt or messages, stream, max tokens, tenant). The raw bytes are forwarded
-//! untouched; strings are borrowed from them where JSON escapes allow, so a 100k-token prompt is
-//! neither copied nor parsed twice.
+//! Parsing a client request's body for only the fields routing needs (model, prompt or
+//! messages, stream, max tokens, tenant). The raw bytes are forwarded untouched; strings are
+//! borrowed from them where JSON escapes allow, so a 100k-token prompt is neither copied nor
+//! parsed twice. A pure function, used by the stack's parse layer (`crate::api::parse`).
 
 use crate::errors::ApiError;
-use bytes::Bytes;
 use http::HeaderMap;
-use http_body_util::{BodyExt, Limited};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
-use std::time::Duration;
 use warmpath_routing::prompt::{BlockHasher, BlockHashes};
 
 /// Header naming the tenant (for flow control); falls back to the body's `user` field.
@@ -32,39 +29,6 @@ pub struct RequestFeatures {
     pub max_tokens: Option<u32>,
     pub tenant: Option<String>,
     pub prompt: BlockHashes,
-}
-
-/// Read the whole body, refusing more than `limit` bytes (413) or a body slower than `timeout` (408).
-pub async fn read_body<B>(
-    headers: &HeaderMap,
-    body: B,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, ApiError>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    if let Some(len) = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        if len > limit as u64 {
-            return Err(ApiError::body_too_large(limit));
-        }
-    }
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(ApiError::body_timeout()),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ApiError::body_too_large(limit))
-        }
-        Ok(Err(e)) => Err(ApiError::bad_request(
-            "body_read_error",
-            format!("Could not read the request body: {e}"),
-        )),
-    }
 }
 
 /// Parse the routing fields of a request body and hash its canonical prompt.

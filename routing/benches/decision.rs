@@ -1,6 +1,7 @@
 //! Criterion benches of the per-request routing work: hashing a prompt, index lookup plus
-//! scheduler decision at 256 replicas, and the whole path at 100k-token prompts. Means and
-//! medians only; `examples/decision_latency.rs` gives p50/p99.
+//! scheduler decision at 256 replicas (every policy, the peer baselines included), building a
+//! consistent-hash ring, and the whole path at 100k-token prompts. Means and medians only;
+//! `examples/decision_latency.rs` gives p50/p99.
 
 mod common;
 
@@ -41,7 +42,7 @@ fn decision(c: &mut Criterion) {
         let mut fleet = Fleet::new(256, 8 << 20);
         let prompt = fleet.hasher.hash_text(&text(1, PROMPT_32K));
         fleet.populate(scenario, &prompt, 2);
-        for policy in [Policy::PredictedTtft, Policy::Prefix] {
+        for policy in Policy::ALL.into_iter().filter(|p| p.is_prefix_aware()) {
             let scheduler = Scheduler::new(SchedulerConfig {
                 policy,
                 ..SchedulerConfig::default()
@@ -55,6 +56,30 @@ fn decision(c: &mut Criterion) {
             });
         }
     }
+    g.finish();
+}
+
+/// What a `consistent_hash` decision would cost if it built its ring (256 replicas × 100
+/// points) every time: a fresh scheduler per decision, so its ring cache is always empty.
+/// Against `lookup_and_decide_32k_256_replicas/*/ConsistentHash` (ring cached) this is what the
+/// cache saves.
+fn consistent_hash_ring(c: &mut Criterion) {
+    let mut g = c.benchmark_group("consistent_hash_ring");
+    let mut fleet = Fleet::new(256, 8 << 20);
+    let prompt = fleet.hasher.hash_text(&text(1, PROMPT_32K));
+    fleet.populate(Scenario::Typical, &prompt, 2);
+    let config = SchedulerConfig {
+        policy: Policy::ConsistentHash,
+        ..SchedulerConfig::default()
+    };
+    let mut seed = 0u64;
+    g.bench_function("build_256x100_and_decide", |b| {
+        b.iter(|| {
+            seed += 1;
+            let scheduler = Scheduler::new(config.clone());
+            fleet.decide(&scheduler, black_box(&prompt), seed)
+        })
+    });
     g.finish();
 }
 
@@ -96,6 +121,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = hashing, decision, full_path_100k
+    targets = hashing, decision, consistent_hash_ring, full_path_100k
 }
 criterion_main!(benches);

@@ -51,8 +51,11 @@ impl Default for TtftModel {
     }
 }
 
-/// Starting beliefs before any observation (documented defaults; the router's config may set them).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Starting beliefs before any observation (documented defaults). Deserializable so that a
+/// front end's configuration (the router's `predictor` section) is this type, checked by
+/// [`TtftPrior::validate`].
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TtftPrior {
     /// Fixed overhead per request, seconds.
     pub base_s: f64,
@@ -332,6 +335,16 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(err.to_string().contains("per_token_s"), "{err}");
+        assert_eq!(err.field(), ["per_token_s"]);
+        let parsed: TtftPrior = serde_json::from_str(r#"{"base_s":0.02}"#).unwrap();
+        assert_eq!(
+            parsed,
+            TtftPrior {
+                base_s: 0.02,
+                ..TtftPrior::default()
+            }
+        );
+        assert!(serde_json::from_str::<TtftPrior>(r#"{"per_tokens_s":1}"#).is_err());
     }
 
     #[test]

@@ -23,6 +23,14 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// The seed of the first block's hash. Fixed so that every router process (and tests) agree.
 pub const CHAIN_SEED: u64 = 0x7761_726d_7061_7468; // "warmpath"
 
+/// The smallest configurable block: below about four tokens per block, an index entry (its
+/// fixed per-entry overhead, `index::ENTRY_BYTES`) costs more memory than the prompt text it
+/// stands for, and hashing turns into per-byte overhead.
+pub const MIN_BLOCK_BYTES: usize = 16;
+/// The largest configurable block: beyond this a block is longer than real prompts, and since
+/// only full blocks are hashed, nothing would ever match.
+pub const MAX_BLOCK_BYTES: usize = 1 << 20;
+
 const ESC: u8 = 0x1b;
 const ROLE_END: u8 = 0x1e;
 const MESSAGE_END: u8 = 0x1f;
@@ -51,10 +59,12 @@ impl BlockHasher {
         }
     }
 
-    /// A hasher for `block_bytes`, refusing 0 (where [`BlockHasher::new`] silently uses 1).
+    /// A hasher for a configured `block_bytes`, refusing sizes outside
+    /// [`MIN_BLOCK_BYTES`]`..=`[`MAX_BLOCK_BYTES`] (where [`BlockHasher::new`] takes any size and
+    /// silently uses 1 for 0).
     pub fn try_new(block_bytes: usize) -> Result<Self, crate::ConfigError> {
-        if block_bytes == 0 {
-            return Err(crate::ConfigError::BlockBytes);
+        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block_bytes) {
+            return Err(crate::ConfigError::BlockBytes(block_bytes));
         }
         Ok(Self { block_bytes })
     }
@@ -252,9 +262,16 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_zero() {
-        assert_eq!(BlockHasher::try_new(0), Err(crate::ConfigError::BlockBytes));
-        assert_eq!(BlockHasher::try_new(64), Ok(BlockHasher::new(64)));
+    fn try_new_refuses_sizes_outside_the_range() {
+        for bad in [0, 4, MIN_BLOCK_BYTES - 1, MAX_BLOCK_BYTES + 1] {
+            assert_eq!(
+                BlockHasher::try_new(bad),
+                Err(crate::ConfigError::BlockBytes(bad))
+            );
+        }
+        for good in [MIN_BLOCK_BYTES, 64, MAX_BLOCK_BYTES] {
+            assert_eq!(BlockHasher::try_new(good), Ok(BlockHasher::new(good)));
+        }
     }
 
     #[test]

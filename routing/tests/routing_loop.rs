@@ -66,7 +66,7 @@ impl Router {
             .collect();
         let d = self
             .scheduler
-            .decide(&request, &views, seed)
+            .decide_with_hashes(&request, &h.hashes, &views, seed)
             .expect("replicas");
         self.index.on_routed(d.replica, &h.hashes);
         d
@@ -82,7 +82,9 @@ fn words(seed: u64, n: usize) -> String {
 
 #[test]
 fn conversations_stick_to_their_replica_at_light_load() {
-    for policy in [Policy::PredictedTtft, Policy::Prefix] {
+    // The peer baselines too: consistent hashing keys on the system prompt's first blocks, and
+    // llm-d's and Dynamo's scores come down to the prefix match on an idle fleet.
+    for policy in Policy::ALL.into_iter().filter(|p| p.is_prefix_aware()) {
         let mut r = Router::new(4, policy);
         let mut histories: Vec<Vec<(String, String)>> = (0..8)
             .map(|c| vec![("system".into(), words(c, 400))])

@@ -22,17 +22,13 @@ pub mod tokens;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::Cli;
 use replica::Replica;
-use server::{Body, Ctx};
+use server::Ctx;
 use tokens::Tokenizer;
 
 /// Why the simulator could not start.
@@ -175,7 +171,11 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
             l.local_addr()
                 .map_err(|source| SimError::Bind { addr, source })?,
         );
-        tasks.push(tokio::spawn(serve_admin(l, fleet.clone(), shutdown_rx)));
+        tasks.push(tokio::spawn(server::serve_admin(
+            l,
+            fleet.clone(),
+            shutdown_rx,
+        )));
     }
     Ok(SimHandle {
         fleet,
@@ -183,65 +183,4 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
         shutdown,
         tasks,
     })
-}
-
-/// The process admin server: `GET /admin/faults` lists every replica's faults;
-/// `POST /admin/faults` patches one (`"replica": i`) or all.
-async fn serve_admin(
-    listener: TcpListener,
-    fleet: Arc<Fleet>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
-            _ = shutdown.changed() => return,
-        };
-        let fleet = fleet.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| admin(fleet.clone(), req));
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-        });
-    }
-}
-
-async fn admin(
-    fleet: Arc<Fleet>,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, std::convert::Infallible> {
-    let reply = |status: StatusCode, v: serde_json::Value| {
-        let mut r = Response::new(
-            Full::new(Bytes::from(v.to_string()))
-                .map_err(|never: std::convert::Infallible| match never {})
-                .boxed(),
-        );
-        *r.status_mut() = status;
-        r
-    };
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/admin/faults") => {
-            let v: Vec<_> = fleet
-                .replicas
-                .iter()
-                .map(|r| serde_json::json!({"replica": r.index, "addr": r.addr.to_string(), "faults": *r.faults.borrow()}))
-                .collect();
-            Ok(reply(StatusCode::OK, serde_json::Value::Array(v)))
-        }
-        (&Method::POST, "/admin/faults") => {
-            match Limited::new(req.into_body(), 1 << 20).collect().await {
-                Ok(b) => Ok(server::admin_patch(&fleet.replicas, &b.to_bytes(), true)),
-                Err(e) => Ok(reply(
-                    StatusCode::BAD_REQUEST,
-                    serde_json::json!({"error": {"message": e.to_string(), "type": "BadRequestError", "param": null, "code": 400}}),
-                )),
-            }
-        }
-        _ => Ok(reply(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"detail": "Not Found"}),
-        )),
-    }
 }

@@ -5,18 +5,22 @@
 //! Files that the comparison script leaves in the results folder and that are not run results
 //! are included as they are: `machine.txt`, `commands.txt`, and any `*.md` fragment (the
 //! data-path suite's table, the independent tool's comparison), in name order.
+//!
+//! Results of different commits are refused unless asked for (see [`commits`]): a report states
+//! what one version of the code does.
 
+mod commits;
 mod datapath;
 mod plots;
+mod points;
 mod tables;
 mod targets;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::results::{LoadMode, RunResult, SCHEMA};
+use crate::results::{LoadMode, RunResult, MIN_SCHEMA, SCHEMA};
 
 #[derive(Debug, Error)]
 pub enum ReportError {
@@ -30,8 +34,25 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no run results (*.json with schema {SCHEMA}) in {0}")]
+    #[error("no run results (*.json with schema {MIN_SCHEMA} to {SCHEMA}) in {0}")]
     NoResults(PathBuf),
+    #[error(
+        "{path} has result schema {schema}; this warmpath-bench reads {MIN_SCHEMA} to {SCHEMA} \
+         (a newer file needs the warmpath-bench of the commit that wrote it)"
+    )]
+    UnknownSchema { path: PathBuf, schema: u64 },
+    #[error("{path} looks like a run result (schema {schema}) but does not parse: {reason}")]
+    BadResult {
+        path: PathBuf,
+        schema: u64,
+        reason: String,
+    },
+    #[error(
+        "the results come from different commits, which one report must not mix:\n{0}\n\
+         Rerun them on one commit, or pass --allow-mixed-commits to report each commit's runs \
+         in sections of their own."
+    )]
+    MixedCommits(String),
     #[error("font {path}: {reason}")]
     Font { path: PathBuf, reason: String },
     #[error("plot {path}: {reason}")]
@@ -54,9 +75,13 @@ impl Loaded {
     }
     pub fn rate(&self) -> Option<f64> {
         match self.result.config.load {
-            LoadMode::Open { rate } => Some(rate),
+            LoadMode::Open { rate, .. } => Some(rate),
             LoadMode::Closed { .. } => None,
         }
+    }
+    /// The commit the run was made on, `None` when not recorded (schema 1, or no git).
+    pub fn commit(&self) -> Option<&str> {
+        self.result.provenance.commit.as_deref()
     }
 }
 
@@ -99,8 +124,17 @@ pub(crate) fn label_rank(label: &str) -> (usize, String) {
     )
 }
 
-/// Reads every `*.json` in `dir` that is a run result; other JSON files are skipped with a note
-/// on stderr (the data-path suite writes its own).
+/// How the report treats its input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Report results of several commits instead of refusing them.
+    pub allow_mixed_commits: bool,
+}
+
+/// Reads every `*.json` in `dir` that is a run result (an object with a numeric `schema` and a
+/// `config`); other JSON files are skipped with a note on stderr (the data-path suite writes
+/// its own). A run result of a schema this build does not know, or one that does not parse, is
+/// an error naming the file rather than a silent gap in the report.
 pub fn load_results(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
     let read_err = |source| ReportError::Read {
         path: dir.to_owned(),
@@ -118,17 +152,29 @@ pub fn load_results(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
             path: path.clone(),
             source,
         })?;
-        match serde_json::from_str::<RunResult>(&text) {
-            Ok(result) if result.schema == SCHEMA => out.push(Loaded {
-                file: path
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned(),
-                result,
-            }),
-            Ok(_) | Err(_) => eprintln!("report: {} is not a run result, skipped", path.display()),
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let schema = value.get("schema").and_then(serde_json::Value::as_u64);
+        let (Some(schema), true) = (schema, value.get("config").is_some()) else {
+            eprintln!("report: {} is not a run result, skipped", path.display());
+            continue;
+        };
+        if schema > u64::from(SCHEMA) || schema < u64::from(MIN_SCHEMA) {
+            return Err(ReportError::UnknownSchema { path, schema });
         }
+        let result: RunResult =
+            serde_json::from_value(value).map_err(|e| ReportError::BadResult {
+                path: path.clone(),
+                schema,
+                reason: e.to_string(),
+            })?;
+        out.push(Loaded {
+            file: path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+            result,
+        });
     }
     if out.is_empty() {
         return Err(ReportError::NoResults(dir.to_owned()));
@@ -136,30 +182,12 @@ pub fn load_results(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
     Ok(out)
 }
 
-/// Results grouped by suite, then workload.
-pub(crate) type Grouped<'a> = BTreeMap<String, BTreeMap<&'static str, Vec<&'a Loaded>>>;
-
-pub(crate) fn group(results: &[Loaded]) -> Grouped<'_> {
-    let mut g: Grouped = BTreeMap::new();
-    for r in results {
-        g.entry(r.result.config.suite.clone())
-            .or_default()
-            .entry(r.workload())
-            .or_default()
-            .push(r);
-    }
-    for workloads in g.values_mut() {
-        for runs in workloads.values_mut() {
-            runs.sort_by(|a, b| {
-                label_rank(a.label()).cmp(&label_rank(b.label())).then(
-                    a.rate()
-                        .unwrap_or(-1.0)
-                        .total_cmp(&b.rate().unwrap_or(-1.0)),
-                )
-            });
-        }
-    }
-    g
+/// Where a suite comes in the report: the known ones first, in [`SUITE_ORDER`].
+fn suite_rank(suite: &str) -> usize {
+    SUITE_ORDER
+        .iter()
+        .position(|s| *s == suite)
+        .unwrap_or(SUITE_ORDER.len())
 }
 
 fn read_optional(path: &Path) -> Option<String> {
@@ -169,9 +197,15 @@ fn read_optional(path: &Path) -> Option<String> {
 }
 
 /// Writes the report to `out` and the plots into `results_dir`.
-pub fn write_report(results_dir: &Path, out: &Path, font: &Path) -> Result<(), ReportError> {
+pub fn write_report(
+    results_dir: &Path,
+    out: &Path,
+    font: &Path,
+    options: Options,
+) -> Result<(), ReportError> {
     let results = load_results(results_dir)?;
-    let grouped = group(&results);
+    commits::check(&results, options.allow_mixed_commits)?;
+    let sections = points::sections(&results, suite_rank);
     plots::register_font(font)?;
     // Plot links are relative to the report's folder.
     let out_dir = out
@@ -188,36 +222,21 @@ pub fn write_report(results_dir: &Path, out: &Path, font: &Path) -> Result<(), R
          Every number below comes from a run in the same session on the same machine, with the \
          peers running side by side on the same simulated fleet.\n\n",
     );
-    md.push_str(&targets::section(&grouped));
-    let mut suites: Vec<(&String, _)> = grouped.iter().collect();
-    suites.sort_by_key(|(name, _)| {
-        (
-            SUITE_ORDER
-                .iter()
-                .position(|s| s == name)
-                .unwrap_or(SUITE_ORDER.len()),
-            name.to_string(),
-        )
-    });
-    for (suite, workloads) in suites {
-        md.push_str(&format!("## Suite `{suite}`\n\n"));
-        if let Some(about) = suite_about(suite) {
-            md.push_str(about);
-            md.push_str("\n\n");
-        }
-        let mut ordered: Vec<(&&'static str, &Vec<&Loaded>)> = workloads.iter().collect();
-        // The workload the targets are about first, then the others in their documented order.
-        ordered.sort_by_key(|(w, _)| {
-            crate::workload::WorkloadSpec::NAMES
-                .iter()
-                .position(|n| n == *w)
-        });
-        for (workload, runs) in ordered {
-            md.push_str(&tables::workload_section(suite, workload, runs));
-            let pngs = plots::workload_plots(results_dir, suite, workload, runs)?;
-            for (title, file) in pngs {
-                md.push_str(&format!("![{title}]({})\n\n", rel.join(&file).display()));
+    md.push_str(&commits::summary(&results));
+    md.push_str(&targets::section(&sections));
+    let mut suite: Option<&str> = None;
+    for s in &sections {
+        if suite != Some(s.suite.as_str()) {
+            suite = Some(s.suite.as_str());
+            md.push_str(&format!("## Suite `{}`\n\n", s.suite));
+            if let Some(about) = suite_about(&s.suite) {
+                md.push_str(about);
+                md.push_str("\n\n");
             }
+        }
+        md.push_str(&tables::workload_section(s));
+        for (title, file) in plots::workload_plots(results_dir, s)? {
+            md.push_str(&format!("![{title}]({})\n\n", rel.join(&file).display()));
         }
     }
     let mut fragments: Vec<PathBuf> = std::fs::read_dir(results_dir)
@@ -265,6 +284,7 @@ pub fn write_report(results_dir: &Path, out: &Path, font: &Path) -> Result<(), R
             md.push_str(&format!("`{name}`:\n\n```sh\n{}\n```\n\n", text.trim_end()));
         }
     }
+    md.push_str(&commits::section(&results));
     md.push_str("## Machine\n\n");
     match read_optional(&results_dir.join("machine.txt")) {
         Some(m) => md.push_str(&format!("```\n{}\n```\n", m.trim_end())),

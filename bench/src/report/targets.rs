@@ -1,5 +1,6 @@
-//! The issue's targets on the shared-prefix workload of the `sim` suite, each with the measured
-//! figure and how far it is met or missed:
+//! The issue's targets on the shared-prefix workload of the `sim` suite (every size of it that
+//! was run), each with the measured figure, the ratio over seeds with its interval, and a
+//! verdict that says "met" only when the whole interval clears the bound:
 //! - fleet hit rate ≥ 0.9 × the oracle;
 //! - TTFT p90 ≤ 0.5 × the SGLang gateway's (cache_aware);
 //! - ≥ 2 × round-robin's throughput at the same p90 TTFT (from the open-loop sweeps: for each
@@ -7,21 +8,15 @@
 
 use std::fmt::Write;
 
-use super::tables::{f1, f3, hit_and_oracle};
-use super::{Grouped, Loaded};
+use super::points::{Point, Section};
+use super::tables::{est, f1, f3, hit_and_oracle, hit_over_oracle, kept_up};
+use super::Loaded;
+use crate::stats::{Estimate, Side};
 
 pub const SUITE: &str = "sim";
 pub const WORKLOAD: &str = "shared-prefix";
 const BASELINE_RR: &str = "warmpath-round-robin";
 const SGLANG: &str = "sglang-cache-aware";
-
-fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "**missed**"
-    }
-}
 
 /// Best achieved throughput among `points` (offered rate sweep) whose p90 TTFT ≤ `slo_ms`.
 pub(crate) fn throughput_within(points: &[&Loaded], slo_ms: f64) -> f64 {
@@ -55,160 +50,318 @@ pub(crate) fn best_sustained<'a>(points: &[&'a Loaded]) -> Option<&'a Loaded> {
         })
 }
 
-pub(crate) fn section(grouped: &Grouped<'_>) -> String {
+/// The verdict on a ratio's estimate against its bound: met only when the whole interval
+/// clears it.
+fn verdict(side: Side) -> &'static str {
+    match side {
+        Side::Clears => "met",
+        Side::Fails => "**missed**",
+        Side::Straddles => "not shown (the interval straddles the bound)",
+        Side::Point { clears: true } => "1 seed, no interval (the point meets it)",
+        Side::Point { clears: false } => "1 seed, no interval (the point **misses** it)",
+    }
+}
+
+/// `figure(a) / figure(b)` for every seed both points have (the same seed is the same requests,
+/// so the ratio pairs like with like), where `both` holds for the two runs.
+fn paired_ratios(
+    a: &Point<'_>,
+    b: &Point<'_>,
+    figure: impl Fn(&Loaded) -> Option<f64>,
+    both: impl Fn(&Loaded, &Loaded) -> bool,
+) -> Vec<f64> {
+    a.runs
+        .iter()
+        .filter_map(|x| {
+            let y = b.by_seed(x.result.config.seed)?;
+            if !both(x, y) {
+                return None;
+            }
+            let (fx, fy) = (figure(x)?, figure(y)?);
+            (fy > 0.0).then(|| fx / fy)
+        })
+        .collect()
+}
+
+pub(crate) fn section(sections: &[Section<'_>]) -> String {
     let mut md =
         String::from("## Targets (shared-prefix under cache pressure, simulator fleet)\n\n");
-    let Some(runs) = grouped.get(SUITE).and_then(|w| w.get(WORKLOAD)) else {
+    let targeted: Vec<&Section<'_>> = sections
+        .iter()
+        .filter(|s| s.suite == SUITE && s.workload == WORKLOAD)
+        .collect();
+    if targeted.is_empty() {
         md.push_str("No `sim` shared-prefix results yet: run `bench/compare.sh`.\n\n");
         return md;
-    };
-    let closed: Vec<&Loaded> = runs
-        .iter()
-        .copied()
-        .filter(|r| r.rate().is_none())
-        .collect();
-    let warmpath: Vec<&Loaded> = closed
-        .iter()
-        .copied()
-        .filter(|r| r.label().starts_with("warmpath-"))
-        .collect();
-    let sglang = closed.iter().find(|r| r.label() == SGLANG);
-
-    md.push_str("| target | run | measured | target value | ratio | verdict |\n|---|---|---:|---:|---:|---|\n");
-    for r in &warmpath {
-        let (hit, oracle) = hit_and_oracle(r);
-        if let (Some(h), Some(o)) = (hit, oracle) {
-            let ratio = if o > 0.0 { h / o } else { 0.0 };
-            let _ = writeln!(
-                md,
-                "| hit rate ≥ 0.9 × oracle | {} | {} | ≥ {} | {:.2} × oracle | {} |",
-                r.label(),
-                f3(Some(h)),
-                f3(Some(0.9 * o)),
-                ratio,
-                verdict(ratio >= 0.9)
-            );
-        }
     }
-    if let Some(s) = sglang {
-        let sp90 = s.result.latency_ms.ttft.p90;
-        for r in &warmpath {
-            if let (Some(w), Some(sv)) = (r.result.latency_ms.ttft.p90, sp90) {
-                let ratio = w / sv;
-                let _ = writeln!(
-                    md,
-                    "| TTFT p90 ≤ 0.5 × SGLang cache_aware | {} | {} ms | ≤ {} ms | {:.2} × SGLang | {} |",
-                    r.label(),
-                    f1(Some(w)),
-                    f1(Some(0.5 * sv)),
-                    ratio,
-                    verdict(ratio <= 0.5)
-                );
-            }
+    for s in &targeted {
+        if let Some(tag) = &s.tag {
+            let _ = writeln!(md, "### shared-prefix, {tag}\n");
         }
-    } else {
-        md.push_str("| TTFT p90 ≤ 0.5 × SGLang cache_aware | – | no `sglang-cache-aware` run | | | not measured |\n");
-    }
-    let sweep = |label: &str| -> Vec<&Loaded> {
-        runs.iter()
-            .copied()
-            .filter(|r| r.rate().is_some() && r.label() == label)
-            .collect()
-    };
-    // The same comparison at each offered rate of the open-loop sweeps, where both kept up:
-    // TTFT without the closed loop's queueing.
-    let sglang_sweep = sweep(SGLANG);
-    for r in &warmpath {
-        for p in sweep(r.label()) {
-            let Some(rate) = p.rate() else { continue };
-            let Some(s) = sglang_sweep.iter().find(|s| s.rate() == Some(rate)) else {
-                continue;
-            };
-            let kept_up = |x: &Loaded| {
-                x.result.throughput.requests_per_s >= SUSTAINED * rate
-                    && x.result.counts.errors == 0
-            };
-            if !kept_up(p) || !kept_up(s) {
-                continue;
-            }
-            if let (Some(w), Some(sv)) =
-                (p.result.latency_ms.ttft.p90, s.result.latency_ms.ttft.p90)
-            {
-                let ratio = w / sv;
-                let _ = writeln!(
-                    md,
-                    "| TTFT p90 ≤ 0.5 × SGLang cache_aware, open loop {rate:.0} req/s | {} | {} ms | ≤ {} ms | {:.2} × SGLang | {} |",
-                    r.label(),
-                    f1(Some(w)),
-                    f1(Some(0.5 * sv)),
-                    ratio,
-                    verdict(ratio <= 0.5)
-                );
-            }
-        }
-    }
-    let rr = sweep(BASELINE_RR);
-    let rr_best = best_sustained(&rr);
-    match rr_best {
-        Some(base) => {
-            let slo = base.result.latency_ms.ttft.p90.unwrap_or(f64::INFINITY);
-            let base_tp = base.result.throughput.requests_per_s;
-            for r in &warmpath {
-                if r.label() == BASELINE_RR {
-                    continue;
-                }
-                let points = sweep(r.label());
-                if points.is_empty() {
-                    continue;
-                }
-                let tp = throughput_within(&points, slo);
-                let ratio = if base_tp > 0.0 { tp / base_tp } else { 0.0 };
-                let _ = writeln!(
-                    md,
-                    "| ≥ 2 × round-robin throughput at p90 TTFT ≤ {} ms | {} | {:.1} req/s | ≥ {:.1} req/s | {:.2} × round-robin | {} |",
-                    f1(Some(slo)),
-                    r.label(),
-                    tp,
-                    2.0 * base_tp,
-                    ratio,
-                    verdict(ratio >= 2.0)
-                );
-            }
-        }
-        None => md.push_str(
-            "| ≥ 2 × round-robin throughput | – | no round-robin sweep | | | not measured |\n",
-        ),
+        md.push_str(&rows(s));
     }
     md.push_str(
-        "\nThe TTFT target is checked in the closed loop (32 in flight, where queueing dominates) and at \
-         each open-loop rate that both systems kept up with. The throughput target compares, at round-robin's best sustained point of the open-loop \
-         sweep (highest achieved req/s among points without errors that kept up with their \
-         offered rate, achieved ≥ 0.85 × offered), the highest throughput each policy \
-         sustained in the sweep with a p90 TTFT no higher than round-robin's there. A policy \
-         whose sweep stops below 2× round-robin's throughput cannot show the target even if it \
-         could meet it: the sweep's offered rates are in the tables below.\n\n",
+        "\nA target is **met** only when the whole bootstrap 95 % confidence interval of the ratio \
+         (over seeds) clears its bound, **missed** when the whole interval is on the wrong side, and \
+         *not shown* when the interval straddles the bound; with one seed there is no interval and \
+         the verdict says only what that one run shows. Ratios against another system pair runs \
+         of the same seed (the same requests). The TTFT target is checked in the closed loop \
+         (where queueing dominates) and at each open-loop rate, on the seeds where both systems \
+         kept up. The throughput target compares, per seed, at round-robin's best sustained \
+         point of the open-loop sweep (highest achieved req/s among points without errors that \
+         kept up with their offered rate, achieved ≥ 0.85 × offered), the highest throughput \
+         each policy sustained in the sweep with a p90 TTFT no higher than round-robin's there. \
+         A policy whose sweep stops below 2× round-robin's throughput cannot show the target \
+         even if it could meet it: the sweep's offered rates are in the tables below.\n\n",
     );
+    md
+}
+
+/// One row of the TTFT target: `p`'s p90 against half of SGLang's (`sg`), `ratio` the
+/// per-seed ratios' estimate; `what` qualifies the target (the open-loop rate).
+fn ttft_row(md: &mut String, what: &str, p: &Point<'_>, sg: &Point<'_>, ratio: Estimate) {
+    let p90 = |r: &Loaded| r.result.latency_ms.ttft.p90;
+    let half = sg.estimate(p90).map(|e| 0.5 * e.median);
+    let _ = writeln!(
+        md,
+        "| TTFT p90 ≤ 0.5 × SGLang cache_aware{what} | {} | {} | {} ms | ≤ {} ms | {} × SGLang | {} |",
+        p.label(),
+        ratio.n,
+        est(p.estimate(p90), 1),
+        f1(half),
+        est(Some(ratio), 3),
+        verdict(ratio.at_most(0.5))
+    );
+}
+
+/// The runs of `seed` among `points`.
+fn at_seed<'a>(points: &[&Point<'a>], seed: u64) -> Vec<&'a Loaded> {
+    points.iter().filter_map(|p| p.by_seed(seed)).collect()
+}
+
+/// The targets' rows of one shared-prefix section.
+fn rows(s: &Section<'_>) -> String {
+    let mut md = String::new();
+    let closed = s.closed();
+    let warmpath: Vec<&Point<'_>> = closed
+        .iter()
+        .copied()
+        .filter(|p| p.label().starts_with("warmpath-"))
+        .collect();
+    let sglang = closed.iter().copied().find(|p| p.label() == SGLANG);
+    let n = |p: &Point<'_>| p.runs.len();
+
+    md.push_str("| target | run | seeds | measured | target value | ratio | verdict |\n|---|---|---:|---:|---:|---:|---|\n");
+    for p in &warmpath {
+        let Some(ratio) = p.estimate(hit_over_oracle) else {
+            continue;
+        };
+        let oracle = p.estimate(|r| hit_and_oracle(r).1).map(|e| e.median);
+        let _ = writeln!(
+            md,
+            "| hit rate ≥ 0.9 × oracle | {} | {} | {} | ≥ {} | {} × oracle | {} |",
+            p.label(),
+            n(p),
+            est(p.estimate(|r| hit_and_oracle(r).0), 3),
+            f3(oracle.map(|o| 0.9 * o)),
+            est(Some(ratio), 3),
+            verdict(ratio.at_least(0.9))
+        );
+    }
+    let p90 = |r: &Loaded| r.result.latency_ms.ttft.p90;
+    match sglang {
+        Some(sg) => {
+            for p in &warmpath {
+                let ratios = paired_ratios(p, sg, p90, |_, _| true);
+                let Some(ratio) = Estimate::of(&ratios) else {
+                    let _ = writeln!(
+                        md,
+                        "| TTFT p90 ≤ 0.5 × SGLang cache_aware | {} | {} | | | | not measured (no seed in common with `{SGLANG}`) |",
+                        p.label(),
+                        n(p)
+                    );
+                    continue;
+                };
+                ttft_row(&mut md, "", p, sg, ratio);
+            }
+        }
+        None => md.push_str("| TTFT p90 ≤ 0.5 × SGLang cache_aware | – | | no `sglang-cache-aware` run | | | not measured |\n"),
+    }
+    // The same comparison at each offered rate of the open-loop sweeps, on the seeds where both
+    // kept up: TTFT without the closed loop's queueing.
+    let sglang_sweep = s.sweep(SGLANG);
+    let fine = |x: &Loaded| kept_up(x) && x.result.counts.errors == 0;
+    for w in &warmpath {
+        for p in s.sweep(w.label()) {
+            let Some(rate) = p.rate() else { continue };
+            let Some(sg) = sglang_sweep.iter().find(|x| x.load() == p.load()) else {
+                continue;
+            };
+            let ratios = paired_ratios(p, sg, p90, |a, b| fine(a) && fine(b));
+            let Some(ratio) = Estimate::of(&ratios) else {
+                continue;
+            };
+            let of = if ratio.n < n(p) {
+                format!(" ({} of {} seeds kept up)", ratio.n, n(p))
+            } else {
+                String::new()
+            };
+            let what = format!(", open loop {rate:.0} req/s{of}");
+            ttft_row(&mut md, &what, p, sg, ratio);
+        }
+    }
+    let rr = s.sweep(BASELINE_RR);
+    let rr_seeds: Vec<u64> = {
+        let mut v: Vec<u64> = rr.iter().flat_map(|p| p.seeds()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    // Round-robin's best sustained point per seed: its throughput and p90 TTFT.
+    let baselines: Vec<(u64, f64, f64)> = rr_seeds
+        .iter()
+        .filter_map(|seed| {
+            let base = best_sustained(&at_seed(&rr, *seed))?;
+            Some((
+                *seed,
+                base.result.throughput.requests_per_s,
+                base.result.latency_ms.ttft.p90.unwrap_or(f64::INFINITY),
+            ))
+        })
+        .collect();
+    if baselines.is_empty() {
+        md.push_str(
+            "| ≥ 2 × round-robin throughput | – | | no round-robin sweep | | | not measured |\n",
+        );
+        return md;
+    }
+    let slo = Estimate::of(&baselines.iter().map(|b| b.2).collect::<Vec<_>>());
+    let base_tp = Estimate::of(&baselines.iter().map(|b| b.1).collect::<Vec<_>>());
+    for w in &warmpath {
+        if w.label() == BASELINE_RR {
+            continue;
+        }
+        let points = s.sweep(w.label());
+        if points.is_empty() {
+            continue;
+        }
+        let (mut tps, mut ratios) = (Vec::new(), Vec::new());
+        for (seed, base, slo) in &baselines {
+            let runs = at_seed(&points, *seed);
+            if runs.is_empty() {
+                continue;
+            }
+            let tp = throughput_within(&runs, *slo);
+            tps.push(tp);
+            ratios.push(if *base > 0.0 { tp / base } else { 0.0 });
+        }
+        let Some(ratio) = Estimate::of(&ratios) else {
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "| ≥ 2 × round-robin throughput at p90 TTFT ≤ {} ms | {} | {} | {} req/s | ≥ {} req/s | {} × round-robin | {} |",
+            f1(slo.map(|e| e.median)),
+            w.label(),
+            ratio.n,
+            est(Estimate::of(&tps), 1),
+            f1(base_tp.map(|e| 2.0 * e.median)),
+            est(Some(ratio), 3),
+            verdict(ratio.at_least(2.0))
+        );
+    }
     md
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::points::{self, sections};
     use super::*;
-    use crate::results::{LoadMode, RunResult};
 
     fn run(label: &str, rate: f64, tp: f64, p90: f64, errors: u64) -> Loaded {
-        let mut v: serde_json::Value =
-            serde_json::from_str(include_str!("../../tests/data/result.json")).unwrap();
-        v["config"]["label"] = label.into();
-        let mut r: RunResult = serde_json::from_value(v).unwrap();
-        r.config.load = LoadMode::Open { rate };
-        r.throughput.requests_per_s = tp;
-        r.latency_ms.ttft.p90 = Some(p90);
-        r.counts.errors = errors;
-        Loaded {
-            file: String::new(),
-            result: r,
-        }
+        let mut r = points::tests::run(label, 1, Some(rate));
+        r.result.throughput.requests_per_s = tp;
+        r.result.latency_ms.ttft.p90 = Some(p90);
+        r.result.counts.errors = errors;
+        r
+    }
+
+    /// Closed-loop runs of `label` over `seeds`, with TTFT p90 `p90(seed)`.
+    fn closed(label: &str, seeds: &[u64], p90: impl Fn(u64) -> f64) -> Vec<Loaded> {
+        seeds
+            .iter()
+            .map(|s| {
+                let mut r = points::tests::run(label, *s, None);
+                r.result.latency_ms.ttft.p90 = Some(p90(*s));
+                r
+            })
+            .collect()
+    }
+
+    fn verdict_of<'a>(md: &'a str, target: &str, label: &str) -> &'a str {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {target} | {label} |")))
+            .unwrap_or_else(|| panic!("no {target} row for {label}:\n{md}"))
+            .rsplit(" | ")
+            .next()
+            .unwrap()
+            .trim_end_matches(" |")
+    }
+
+    #[test]
+    fn met_only_when_the_whole_interval_clears_the_bound() {
+        let seeds = [1, 2, 3, 4, 5];
+        let mut runs = closed(SGLANG, &seeds, |_| 100.0);
+        // Clearly under half of SGLang's p90 at every seed.
+        runs.extend(closed("warmpath-prefix", &seeds, |s| 30.0 + s as f64));
+        // Around half: some seeds under, some over.
+        runs.extend(closed("warmpath-predicted-ttft", &seeds, |s| {
+            44.0 + 3.0 * s as f64
+        }));
+        // Over at every seed.
+        runs.extend(closed("warmpath-least-load", &seeds, |s| 80.0 + s as f64));
+        // One seed only.
+        runs.extend(closed("warmpath-round-robin", &[1], |_| 20.0));
+        let md = section(&sections(&runs, |_| 0));
+        let t = "TTFT p90 ≤ 0.5 × SGLang cache_aware";
+        assert_eq!(verdict_of(&md, t, "warmpath-prefix"), "met");
+        assert_eq!(
+            verdict_of(&md, t, "warmpath-predicted-ttft"),
+            "not shown (the interval straddles the bound)"
+        );
+        assert_eq!(verdict_of(&md, t, "warmpath-least-load"), "**missed**");
+        assert_eq!(
+            verdict_of(&md, t, "warmpath-round-robin"),
+            "1 seed, no interval (the point meets it)"
+        );
+        assert!(
+            md.contains("| warmpath-prefix | 5 | 33.0 [31.0, 35.0] ms | ≤ 50.0 ms |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn ratios_pair_runs_of_the_same_seed() {
+        // SGLang is slow at seed 1 and fast at seed 2, and so is warmpath: paired, the ratio is
+        // 0.4 at both seeds, although the medians' ratio would be 0.4 too and the cross pairs
+        // 0.1 and 1.6.
+        let mut runs = closed(SGLANG, &[1, 2], |s| if s == 1 { 200.0 } else { 50.0 });
+        runs.extend(closed("warmpath-prefix", &[1, 2, 3], |s| match s {
+            1 => 80.0,
+            2 => 20.0,
+            _ => 999.0,
+        }));
+        let md = section(&sections(&runs, |_| 0));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| TTFT p90 ≤ 0.5 × SGLang cache_aware | warmpath-prefix |"))
+            .unwrap();
+        // Seed 3 has no SGLang run: two pairs.
+        assert!(row.contains("| warmpath-prefix | 2 |"), "{row}");
+        assert!(
+            row.contains("| 0.400 [0.400, 0.400] × SGLang | met |"),
+            "{row}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sessions::{self, SessionShape};
-use super::{at_least_one_div, Fleet, WorkRequest};
+use super::{at_least_one_div, WorkRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentSessions {
@@ -21,7 +21,8 @@ pub struct AgentSessions {
 }
 
 impl AgentSessions {
-    pub fn for_fleet(fleet: &Fleet) -> Self {
+    /// As many open sessions as make `working_set` tokens.
+    pub fn for_fleet(working_set: u64) -> Self {
         let mut w = Self {
             active: 1,
             steps: 8,
@@ -32,7 +33,7 @@ impl AgentSessions {
             output_tokens: 32,
         };
         let per = w.shape().prefix_working_set() - u64::from(w.system_tokens);
-        w.active = at_least_one_div(fleet.target_working_set(), per);
+        w.active = at_least_one_div(working_set, per);
         w
     }
 

@@ -1,33 +1,38 @@
 //! Long documents with questions: `documents` long texts, each asked `questions_per_doc`
 //! short questions, in a seeded random order. Few, long prefixes: one miss costs a whole
-//! document's prefill.
+//! document's prefill. With `zipf` S > 0 each request draws its document independently,
+//! document d (from 0) with probability ∝ 1/(d+1)^S, and `questions_per_doc` plays no part.
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one_div, Fleet, Prompt, WorkRequest};
+use super::{at_least_one_div, is_zero, Fleet, PrefixPicker, Prompt, WorkRequest};
 use crate::rng::Rng64;
 use crate::text;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LongDoc {
     pub documents: u32,
     pub questions_per_doc: u32,
     pub doc_tokens: u32,
     pub question_tokens: u32,
     pub output_tokens: u32,
+    /// Zipf exponent of document popularity; 0 is uniform.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zipf: f64,
 }
 
 impl LongDoc {
     /// Documents of 3/4 of one replica's cache (at most 3,000 tokens, under the simulator's
-    /// default 4,096-token context); as many as fill half the fleet's cache.
-    pub fn for_fleet(fleet: &Fleet) -> Self {
+    /// default 4,096-token context); as many as make `working_set` tokens.
+    pub fn for_fleet(fleet: &Fleet, working_set: u64) -> Self {
         let doc_tokens = (fleet.replica_tokens() * 3 / 4).clamp(128, 3000) as u32;
         Self {
-            documents: at_least_one_div(fleet.target_working_set(), u64::from(doc_tokens)),
+            documents: at_least_one_div(working_set, u64::from(doc_tokens)),
             questions_per_doc: 8,
             doc_tokens,
             question_tokens: 32,
             output_tokens: 32,
+            zipf: 0.0,
         }
     }
 
@@ -45,15 +50,10 @@ impl LongDoc {
             .collect();
         let mut order_rng = Rng64::derive(seed, 1);
         let mut question_rng = Rng64::derive(seed, 2);
-        let mut pass: Vec<u32> = Vec::new();
+        let mut picker =
+            PrefixPicker::new(spec.documents, spec.questions_per_doc, spec.zipf, false);
         std::iter::from_fn(move || {
-            if pass.is_empty() {
-                pass = (0..spec.documents)
-                    .flat_map(|d| std::iter::repeat_n(d, spec.questions_per_doc as usize))
-                    .collect();
-                order_rng.shuffle(&mut pass);
-            }
-            let d = pass.pop()?;
+            let d = picker.next(&mut order_rng)?;
             let mut prompt = docs[d as usize].clone();
             text::push_words(
                 &mut prompt,

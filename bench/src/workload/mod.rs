@@ -9,25 +9,39 @@
 //! duration allows, and the oracle replays exactly the ones that were sent.
 //!
 //! Sizes are in tokens (see [`crate::text`]). [`Fleet`] derives default sizes so that the
-//! prefix working set is about half the fleet's total KV cache: more than one replica can hold,
-//! less than all of them can, which is where routing decides the hit rate.
+//! prefix working set is a given multiple of the fleet's total KV cache ([`DEFAULT_WORKING_SET`],
+//! half, unless `--working-set` says otherwise): at half, more than one replica can hold and less
+//! than all of them can, which is where routing decides the hit rate; above one, the fleet's
+//! capacity binds and eviction decides it as much as placement.
 
 mod agent;
+mod arrivals;
 mod long_doc;
 mod multi_turn;
 mod no_sharing;
 mod noisy;
 mod sessions;
 mod shared_prefix;
+mod zipf;
 
 pub use agent::AgentSessions;
+pub use arrivals::{Arrivals, Burst};
 pub use long_doc::LongDoc;
 pub use multi_turn::MultiTurn;
 pub use no_sharing::NoSharing;
 pub use noisy::NoisyNeighbour;
 pub use shared_prefix::SharedPrefix;
+pub use zipf::Zipf;
+
+/// The prefix working set, as a multiple of the fleet's total KV cache, that default sizes aim at
+/// when `--working-set` is not given: half, leaving the other half for the unshared tails, the
+/// generated tokens and the requests in flight. Results published before `--working-set` existed
+/// used it.
+pub const DEFAULT_WORKING_SET: f64 = 0.5;
 
 use serde::{Deserialize, Serialize};
+
+use crate::rng;
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,10 +97,10 @@ impl Fleet {
         self.replica_tokens() * u64::from(self.replicas)
     }
 
-    /// The prefix working set the default sizes aim at: half the fleet's cache, leaving the
-    /// other half for the unshared tails, the generated tokens and the requests in flight.
-    pub fn target_working_set(&self) -> u64 {
-        self.fleet_tokens() / 2
+    /// The prefix working set, in tokens, that is `factor` times the fleet's cache (rounded
+    /// down, which for the default half is the integer halving sizes always used).
+    pub fn working_set_tokens(&self, factor: f64) -> u64 {
+        (self.fleet_tokens() as f64 * factor) as u64
     }
 }
 
@@ -153,17 +167,44 @@ impl WorkloadSpec {
         }
     }
 
-    /// Defaults of the named workload for a fleet.
+    /// Defaults of the named workload for a fleet, at the default working set.
     pub fn defaults_for(name: &str, fleet: &Fleet) -> Option<Self> {
+        Self::sized_for(name, fleet, DEFAULT_WORKING_SET)
+    }
+
+    /// Defaults of the named workload for a fleet, sized so that its prefix working set is
+    /// `working_set` times the fleet's cache (`no-sharing` has none and ignores it).
+    pub fn sized_for(name: &str, fleet: &Fleet, working_set: f64) -> Option<Self> {
+        let ws = fleet.working_set_tokens(working_set);
         Some(match name {
-            "shared-prefix" => Self::SharedPrefix(SharedPrefix::for_fleet(fleet)),
-            "multi-turn" => Self::MultiTurn(MultiTurn::for_fleet(fleet)),
-            "long-doc" => Self::LongDoc(LongDoc::for_fleet(fleet)),
-            "agent" => Self::Agent(AgentSessions::for_fleet(fleet)),
+            "shared-prefix" => Self::SharedPrefix(SharedPrefix::for_fleet(fleet, ws)),
+            "multi-turn" => Self::MultiTurn(MultiTurn::for_fleet(ws)),
+            "long-doc" => Self::LongDoc(LongDoc::for_fleet(fleet, ws)),
+            "agent" => Self::Agent(AgentSessions::for_fleet(ws)),
             "no-sharing" => Self::NoSharing(NoSharing::default()),
-            "noisy-neighbour" => Self::NoisyNeighbour(NoisyNeighbour::for_fleet(fleet)),
+            "noisy-neighbour" => Self::NoisyNeighbour(NoisyNeighbour::for_fleet(fleet, ws)),
             _ => return None,
         })
+    }
+
+    /// The popularity skew of the workload's prefixes (0 = uniform), where it has one.
+    pub fn zipf(&self) -> Option<f64> {
+        match self {
+            Self::SharedPrefix(w) => Some(w.zipf),
+            Self::LongDoc(w) => Some(w.zipf),
+            Self::NoisyNeighbour(w) => Some(w.quiet.zipf),
+            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) => None,
+        }
+    }
+
+    /// The number of distinct prefixes whose popularity `zipf` skews.
+    pub fn prefixes(&self) -> Option<u32> {
+        match self {
+            Self::SharedPrefix(w) => Some(w.groups),
+            Self::LongDoc(w) => Some(w.documents),
+            Self::NoisyNeighbour(w) => Some(w.quiet.groups),
+            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) => None,
+        }
     }
 
     pub const NAMES: [&'static str; 6] = [
@@ -174,6 +215,54 @@ impl WorkloadSpec {
         "no-sharing",
         "noisy-neighbour",
     ];
+}
+
+/// Which prefix (group, document) each request uses: with `zipf` 0, shuffled passes in which
+/// every prefix comes `per_pass` times; with `zipf` S > 0, independent draws, prefix k with
+/// probability ∝ 1/(k+1)^S.
+pub(crate) struct PrefixPicker {
+    zipf: Option<Zipf>,
+    prefixes: u32,
+    per_pass: u32,
+    /// Shared-prefix sends a shuffled pass front to back, long-doc back to front: equally
+    /// random, and kept apart so that published sequences never change.
+    front_to_back: bool,
+    pass: Vec<u32>,
+}
+
+impl PrefixPicker {
+    pub fn new(prefixes: u32, per_pass: u32, zipf: f64, front_to_back: bool) -> Self {
+        Self {
+            zipf: (zipf > 0.0).then(|| Zipf::new(prefixes, zipf)),
+            prefixes,
+            per_pass,
+            front_to_back,
+            pass: Vec::new(),
+        }
+    }
+
+    pub fn next(&mut self, rng: &mut rng::Rng64) -> Option<u32> {
+        if let Some(z) = &self.zipf {
+            return Some(z.sample(rng));
+        }
+        if self.pass.is_empty() {
+            self.pass = (0..self.prefixes)
+                .flat_map(|g| std::iter::repeat_n(g, self.per_pass as usize))
+                .collect();
+            rng.shuffle(&mut self.pass);
+            if self.front_to_back {
+                // Popped from the back.
+                self.pass.reverse();
+            }
+        }
+        self.pass.pop()
+    }
+}
+
+/// `serde` helper: a popularity skew of zero is left out of the JSON, so specs written before
+/// skew existed read back unchanged and uniform workloads print as they always did.
+pub(crate) fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// `ceil(a / b)`, at least 1.
@@ -205,6 +294,39 @@ mod tests {
         }
     }
 
+    /// A fingerprint of the first 600 requests of every default workload for seeds 1 to 3:
+    /// published results were made from these sequences (checked against the code before
+    /// `--working-set` and `--zipf` existed), so a change must never move them.
+    #[test]
+    fn default_sequences_never_change() {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for b in bytes {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        let fleet = Fleet::default();
+        for name in WorkloadSpec::NAMES {
+            let spec = WorkloadSpec::defaults_for(name, &fleet).unwrap();
+            for seed in 1..4 {
+                for r in spec.requests(seed).take(600) {
+                    match &r.prompt {
+                        Prompt::Text(t) => eat(t.as_bytes()),
+                        Prompt::Chat(m) => m.iter().for_each(|m| {
+                            eat(m.role.as_bytes());
+                            eat(m.content.as_bytes());
+                        }),
+                    }
+                    eat(&r.session.unwrap_or(u64::MAX).to_le_bytes());
+                    eat(r.tenant.as_deref().unwrap_or("-").as_bytes());
+                    eat(&r.max_tokens.to_le_bytes());
+                }
+            }
+        }
+        assert_eq!(h, 0x9a8a_c131_bf20_112b, "fingerprint {h:#x}");
+    }
+
     #[test]
     fn default_working_sets_exceed_one_replica_and_fit_the_fleet() {
         let fleet = Fleet::default();
@@ -218,6 +340,83 @@ mod tests {
             assert!(ws > fleet.replica_tokens(), "{name}: {ws}");
             assert!(ws < fleet.fleet_tokens(), "{name}: {ws}");
         }
+    }
+
+    #[test]
+    fn working_set_scales_every_sharing_workload_with_the_fleet_cache() {
+        let fleet = Fleet::default();
+        for name in WorkloadSpec::NAMES {
+            let half = WorkloadSpec::sized_for(name, &fleet, 0.5).unwrap();
+            assert_eq!(
+                Some(&half),
+                WorkloadSpec::defaults_for(name, &fleet).as_ref()
+            );
+            if name == "no-sharing" {
+                continue;
+            }
+            for factor in [1.0, 1.5, 2.0] {
+                let ws = WorkloadSpec::sized_for(name, &fleet, factor)
+                    .unwrap()
+                    .prefix_working_set() as f64;
+                let target = factor * fleet.fleet_tokens() as f64;
+                // Rounded up to whole prefixes or sessions: within a few percent above.
+                assert!(
+                    ws >= target && ws < target * 1.06,
+                    "{name} × {factor}: {ws} for {target}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn zipf_skews_group_and_document_popularity() {
+        let fleet = Fleet::default();
+        // Share of the most frequent prefix (told apart by the first 64 tokens) in n requests.
+        let top_share = |spec: &WorkloadSpec, n: usize| {
+            let mut by_prefix: std::collections::HashMap<String, usize> = Default::default();
+            for r in spec.requests(3).take(n) {
+                let Prompt::Text(t) = &r.prompt else {
+                    panic!("text prompts expected")
+                };
+                *by_prefix
+                    .entry(t[..64 * crate::text::BYTES_PER_TOKEN].to_owned())
+                    .or_default() += 1;
+            }
+            *by_prefix.values().max().unwrap() as f64 / n as f64
+        };
+        for name in ["shared-prefix", "long-doc"] {
+            let mut spec = WorkloadSpec::sized_for(name, &fleet, 1.5).unwrap();
+            let uniform = top_share(&spec, 2000);
+            match &mut spec {
+                WorkloadSpec::SharedPrefix(w) => w.zipf = 1.2,
+                WorkloadSpec::LongDoc(w) => w.zipf = 1.2,
+                _ => unreachable!(),
+            }
+            assert_eq!(spec.zipf(), Some(1.2));
+            let expected = Zipf::new(spec.prefixes().unwrap(), 1.2).top_share(1);
+            let skewed = top_share(&spec, 2000);
+            assert!(
+                (skewed - expected).abs() < 0.04,
+                "{name}: {skewed} vs {expected}"
+            );
+            // Uniform popularity: the top prefix gets about 1/prefixes of the requests.
+            assert!(uniform < 0.1, "{name}: {uniform}");
+            assert!(skewed > 3.0 * uniform, "{name}: {skewed} vs {uniform}");
+        }
+    }
+
+    #[test]
+    fn specs_without_skew_read_and_print_as_before() {
+        let old = r#"{"kind":"shared-prefix","groups":4,"prompts_per_group":16,"system_tokens":64,"question_tokens":8,"output_tokens":4}"#;
+        let spec: WorkloadSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.zipf(), Some(0.0));
+        assert_eq!(serde_json::to_string(&spec).unwrap(), old);
+        let WorkloadSpec::SharedPrefix(mut w) = spec else {
+            panic!()
+        };
+        w.zipf = 0.8;
+        let json = serde_json::to_string(&WorkloadSpec::SharedPrefix(w)).unwrap();
+        assert!(json.ends_with(r#""zipf":0.8}"#), "{json}");
     }
 
     #[test]
@@ -237,6 +436,7 @@ mod tests {
             system_tokens: 64,
             question_tokens: 16,
             output_tokens: 8,
+            zipf: 0.0,
         };
         let reqs: Vec<_> = w.stream(1).take(12).collect();
         let mut same_group = 0;

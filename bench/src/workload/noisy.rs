@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Fleet, Prompt, SharedPrefix, WorkRequest};
+use super::{Fleet, Prompt, SharedPrefix, WorkRequest, Zipf};
 use crate::rng::Rng64;
 use crate::text;
 
@@ -21,8 +21,9 @@ pub struct NoisyNeighbour {
 }
 
 impl NoisyNeighbour {
-    pub fn for_fleet(fleet: &Fleet) -> Self {
-        let quiet = SharedPrefix::for_fleet(fleet);
+    /// The quiet tenants' groups make `working_set` tokens.
+    pub fn for_fleet(fleet: &Fleet, working_set: u64) -> Self {
+        let quiet = SharedPrefix::for_fleet(fleet, working_set);
         Self {
             quiet_tenants: 4,
             quiet,
@@ -45,6 +46,7 @@ impl NoisyNeighbour {
         let mut pick_rng = Rng64::derive(seed, 3);
         let mut noisy_rng = Rng64::derive(seed, 4);
         let mut question_rng = Rng64::derive(seed, 2);
+        let zipf = (spec.quiet.zipf > 0.0).then(|| Zipf::new(spec.quiet.groups, spec.quiet.zipf));
         std::iter::from_fn(move || {
             if pick_rng.unit() < spec.noisy_share {
                 return Some(WorkRequest {
@@ -57,7 +59,10 @@ impl NoisyNeighbour {
                     max_tokens: spec.noisy_output_tokens,
                 });
             }
-            let g = pick_rng.below(u64::from(spec.quiet.groups.max(1))) as u32;
+            let g = match &zipf {
+                Some(z) => z.sample(&mut pick_rng),
+                None => pick_rng.below(u64::from(spec.quiet.groups.max(1))) as u32,
+            };
             let mut prompt = systems[g as usize].clone();
             text::push_words(
                 &mut prompt,
@@ -80,7 +85,8 @@ mod tests {
 
     #[test]
     fn noisy_share_and_tenants_are_as_configured() {
-        let w = NoisyNeighbour::for_fleet(&Fleet::default());
+        let fleet = Fleet::default();
+        let w = NoisyNeighbour::for_fleet(&fleet, fleet.working_set_tokens(0.5));
         let reqs: Vec<_> = w.stream(1).take(2000).collect();
         let noisy = reqs
             .iter()

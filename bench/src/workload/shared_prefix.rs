@@ -2,36 +2,42 @@
 //! questions, in a seeded random order (the shape of SGLang's generated-shared-prefix dataset
 //! and inference-perf's `shared_prefix`).
 //!
-//! One pass sends every (group, question) pair once, shuffled; the next pass draws new
-//! questions for the same system prompts, so the sequence is infinite while the reusable
-//! working set stays `groups × system_tokens`.
+//! With uniform popularity (`zipf` 0), one pass sends every (group, question) pair once,
+//! shuffled; the next pass draws new questions for the same system prompts, so the sequence is
+//! infinite while the reusable working set stays `groups × system_tokens`. With `zipf` S > 0
+//! every request draws its group independently, group g (from 0) with probability ∝ 1/(g+1)^S,
+//! and `prompts_per_group` plays no part.
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one_div, Fleet, Prompt, WorkRequest};
+use super::{at_least_one_div, is_zero, Fleet, PrefixPicker, Prompt, WorkRequest};
 use crate::rng::Rng64;
 use crate::text;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SharedPrefix {
     pub groups: u32,
     pub prompts_per_group: u32,
     pub system_tokens: u32,
     pub question_tokens: u32,
     pub output_tokens: u32,
+    /// Zipf exponent of group popularity; 0 is uniform.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zipf: f64,
 }
 
 impl SharedPrefix {
     /// System prompts a quarter of one replica's cache (at most 2,048 tokens); as many groups
-    /// as fill half the fleet's cache.
-    pub fn for_fleet(fleet: &Fleet) -> Self {
+    /// as make `working_set` tokens.
+    pub fn for_fleet(fleet: &Fleet, working_set: u64) -> Self {
         let system_tokens = (fleet.replica_tokens() / 4).clamp(64, 2048) as u32;
         Self {
-            groups: at_least_one_div(fleet.target_working_set(), u64::from(system_tokens)),
+            groups: at_least_one_div(working_set, u64::from(system_tokens)),
             prompts_per_group: 16,
             system_tokens,
             question_tokens: 64,
             output_tokens: 32,
+            zipf: 0.0,
         }
     }
 
@@ -55,17 +61,9 @@ impl SharedPrefix {
             .collect();
         let mut order_rng = Rng64::derive(seed, 1);
         let mut question_rng = Rng64::derive(seed, 2);
-        let mut pass: Vec<u32> = Vec::new();
+        let mut picker = PrefixPicker::new(spec.groups, spec.prompts_per_group, spec.zipf, true);
         std::iter::from_fn(move || {
-            if pass.is_empty() {
-                pass = (0..spec.groups)
-                    .flat_map(|g| std::iter::repeat_n(g, spec.prompts_per_group as usize))
-                    .collect();
-                order_rng.shuffle(&mut pass);
-                // Popped from the back.
-                pass.reverse();
-            }
-            let g = pass.pop()?;
+            let g = picker.next(&mut order_rng)?;
             let mut prompt = systems[g as usize].clone();
             text::push_words(
                 &mut prompt,

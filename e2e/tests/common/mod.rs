@@ -129,7 +129,7 @@ pub async fn k8s_router(client: &kube::Client, ns: &str) -> RouterHandle {
 
 /// Replica names in the router's current table for `tiny`.
 pub fn routed(router: &RouterHandle) -> Vec<String> {
-    let table = router.shared.table();
+    let table = router.table();
     let mut names: Vec<String> = table
         .candidates("tiny")
         .map(|cs| cs.iter().map(|c| c.replica.name.to_string()).collect())

@@ -4,6 +4,11 @@
 //! Every error names the field (as a path like `pools[1].replicas[0].url`) and the line where it
 //! appears, whether serde rejected it (unknown field, wrong type) or validation did (bad URL,
 //! duplicate name), because a router that refuses to start should say exactly why.
+//!
+//! The routing core's settings (`scheduling`, `predictor`, `index.block_bytes`) are the core's
+//! own types and rules: this file deserializes them and reports the core's
+//! [`warmpath_routing::ConfigError`] at the field it names, so the router can never accept a
+//! value the core would neutralise, nor refuse one the core documents as valid.
 
 mod locate;
 
@@ -14,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use warmpath_routing::predict::TtftPrior;
+use warmpath_routing::prompt::BlockHasher;
 use warmpath_routing::scheduler::SchedulerConfig;
 
 pub use locate::FieldPath;
@@ -31,8 +37,10 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
     #[serde(default)]
     pub scheduling: SchedulerConfig,
+    /// Starting beliefs of the per-replica TTFT model, before it has observed anything: the
+    /// core's [`TtftPrior`] as it is, checked by [`TtftPrior::validate`].
     #[serde(default)]
-    pub predictor: PredictorConfig,
+    pub predictor: TtftPrior,
     #[serde(default)]
     pub index: IndexConfig,
     #[serde(default)]
@@ -107,40 +115,11 @@ pub enum Engine {
     Sglang,
 }
 
-/// Starting beliefs of the per-replica TTFT model, before it has observed anything.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PredictorConfig {
-    pub base_s: f64,
-    pub per_token_s: f64,
-    pub per_queued_s: f64,
-}
-
-impl Default for PredictorConfig {
-    fn default() -> Self {
-        let p = TtftPrior::default();
-        Self {
-            base_s: p.base_s,
-            per_token_s: p.per_token_s,
-            per_queued_s: p.per_queued_s,
-        }
-    }
-}
-
-impl PredictorConfig {
-    pub fn prior(&self) -> TtftPrior {
-        TtftPrior {
-            base_s: self.base_s,
-            per_token_s: self.per_token_s,
-            per_queued_s: self.per_queued_s,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IndexConfig {
-    /// Bytes of canonical prompt per hashed block (about 4 bytes per engine token).
+    /// Bytes of canonical prompt per hashed block (about 4 bytes per engine token); the range
+    /// is the core's ([`BlockHasher::try_new`]).
     pub block_bytes: usize,
     /// Memory bound of the approximate prefix index per replica.
     pub max_bytes_per_replica: usize,
@@ -369,51 +348,12 @@ impl Config {
                 }
             }
         }
-        let s = &self.scheduling;
-        let w = &s.weights;
-        for (name, v) in [
-            ("prefix", w.prefix),
-            ("load", w.load),
-            ("queue", w.queue),
-            ("kv_cache", w.kv_cache),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err((
-                    root.key("scheduling").key("weights").key(name),
-                    "must be a finite number >= 0".to_owned(),
-                ));
-            }
-        }
-        for (name, v) in [
-            ("max_wait_s", s.hotspot.max_wait_s),
-            ("spill_factor", s.hotspot.spill_factor),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err((
-                    root.key("scheduling").key("hotspot").key(name),
-                    "must be a finite number > 0".to_owned(),
-                ));
-            }
-        }
-        let pr = &self.predictor;
-        for (name, v) in [
-            ("base_s", pr.base_s),
-            ("per_token_s", pr.per_token_s),
-            ("per_queued_s", pr.per_queued_s),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err((
-                    root.key("predictor").key(name),
-                    "must be a finite number >= 0".to_owned(),
-                ));
-            }
-        }
-        if !(16..=1 << 20).contains(&self.index.block_bytes) {
-            return Err((
-                root.key("index").key("block_bytes"),
-                "must be between 16 and 1048576".to_owned(),
-            ));
-        }
+        core_check(root.key("scheduling"), self.scheduling.validate())?;
+        core_check(root.key("predictor"), self.predictor.validate())?;
+        core_check(
+            root.key("index").key("block_bytes"),
+            BlockHasher::try_new(self.index.block_bytes).map(drop),
+        )?;
         if self.index.max_bytes_per_replica < 4096 {
             return Err((
                 root.key("index").key("max_bytes_per_replica"),
@@ -472,6 +412,17 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The core's verdict on the settings kept at `at`, its error placed at the field it names.
+fn core_check(
+    at: FieldPath,
+    verdict: Result<(), warmpath_routing::ConfigError>,
+) -> Result<(), (FieldPath, String)> {
+    verdict.map_err(|e| {
+        let field = e.field().into_iter().fold(at, |path, key| path.key(key));
+        (field, e.to_string())
+    })
 }
 
 /// A replica URL reduced to what the proxy needs: `http://host:port` with no path.

@@ -126,11 +126,174 @@ fn semantic_checks() {
     }
 }
 
+/// `MINIMAL` followed by `extra` (which starts at line 9) must be rejected at `field`, `line`.
+fn rejected_at(extra: &str, field: &str, line: usize) -> ConfigError {
+    let e = err(&format!("{MINIMAL}{extra}"));
+    assert_eq!(
+        (e.field.as_str(), e.line),
+        (field, Some(line)),
+        "{extra}: {e}"
+    );
+    e
+}
+
+fn accepted(extra: &str) -> Config {
+    Config::parse(&format!("{MINIMAL}{extra}")).unwrap_or_else(|e| panic!("{extra}: {e}"))
+}
+
+/// The core's rule (spill only to a replica with at most `1 / spill_factor` of the wait) makes
+/// a factor below 1 a guard that never fires; the router used to accept it.
+#[test]
+fn spill_factor_below_one_is_rejected_at_its_line() {
+    let field = "scheduling.hotspot.spill_factor";
+    let e = rejected_at(
+        "scheduling:\n  hotspot:\n    max_wait_s: 0.5\n    spill_factor: 0.5\n",
+        field,
+        12,
+    );
+    assert!(e.message.contains("got 0.5"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("config:12: field `{field}`: ")),
+        "{e}"
+    );
+    rejected_at(
+        "scheduling:\n  hotspot: { max_wait_s: 0.5, spill_factor: 0.5 }\n",
+        field,
+        10,
+    );
+    accepted("scheduling:\n  hotspot:\n    spill_factor: 1\n");
+}
+
+/// All-zero weights make every weighted score 0 (ties at random) under `policy: prefix`, the
+/// only policy that reads them; the router used to accept them.
+#[test]
+fn all_zero_weights_are_rejected_where_the_policy_uses_them() {
+    let zero = "  weights:\n    prefix: 0\n    load: 0\n    queue: 0\n    kv_cache: 0\n";
+    let e = rejected_at(
+        &format!("scheduling:\n  policy: prefix\n{zero}"),
+        "scheduling.weights",
+        11,
+    );
+    assert!(e.message.contains("at least one scheduler weight"), "{e}");
+    // `prefix` is the default policy: the same weights without a policy are rejected too.
+    rejected_at(&format!("scheduling:\n{zero}"), "scheduling.weights", 10);
+    for policy in ["round_robin", "least_load", "predicted_ttft"] {
+        let c = accepted(&format!("scheduling:\n  policy: {policy}\n{zero}"));
+        assert_eq!(c.scheduling.weights.prefix, 0.0);
+    }
+}
+
+/// The core documents `max_wait_s: inf` as turning the hot-spot guard off; the router used to
+/// reject it as not finite.
+#[test]
+fn infinite_max_wait_turns_the_guard_off_and_is_accepted() {
+    let c = accepted("scheduling:\n  hotspot:\n    max_wait_s: .inf\n");
+    assert_eq!(c.scheduling.hotspot.max_wait_s, f64::INFINITY);
+    for bad in ["-1", ".nan", "-.inf"] {
+        let extra = format!("scheduling:\n  hotspot:\n    max_wait_s: {bad}\n");
+        rejected_at(&extra, "scheduling.hotspot.max_wait_s", 11);
+    }
+}
+
+#[test]
+fn predictor_is_the_cores_prior_with_its_checks() {
+    let c = accepted("predictor:\n  per_token_s: 0.0001\n");
+    let want = TtftPrior {
+        per_token_s: 0.0001,
+        ..TtftPrior::default()
+    };
+    assert_eq!(c.predictor, want);
+    assert_eq!(accepted("").predictor, TtftPrior::default());
+    rejected_at(
+        "predictor:\n  base_s: 0.01\n  per_queued_s: -1\n",
+        "predictor.per_queued_s",
+        11,
+    );
+    let e = rejected_at("predictor:\n  per_tokens_s: 1\n", "predictor", 10);
+    assert!(e.message.contains("unknown field `per_tokens_s`"), "{e}");
+}
+
+#[test]
+fn block_bytes_range_is_the_cores() {
+    use warmpath_routing::prompt::{MAX_BLOCK_BYTES, MIN_BLOCK_BYTES};
+    for ok in [MIN_BLOCK_BYTES, MAX_BLOCK_BYTES] {
+        accepted(&format!("index:\n  block_bytes: {ok}\n"));
+    }
+    for bad in [0, MIN_BLOCK_BYTES - 1, MAX_BLOCK_BYTES + 1] {
+        let e = rejected_at(
+            &format!("index:\n  block_bytes: {bad}\n"),
+            "index.block_bytes",
+            10,
+        );
+        assert!(e.message.contains(&format!("got {bad}")), "{e}");
+    }
+}
+
 #[test]
 fn scheduling_policy_is_checked_by_serde() {
     let e = err(&format!("{MINIMAL}scheduling:\n  policy: fastest\n"));
     assert_eq!(e.field, "scheduling.policy", "{e}");
     assert_eq!(e.line, Some(10));
+}
+
+/// The peer baselines are selected by name; their knobs default when absent, and the core's
+/// checks of them are reported at their field and line.
+#[test]
+fn peer_baseline_policies_parse_and_bad_knobs_are_located() {
+    use warmpath_routing::scheduler::{ConsistentHash, Dynamo, LlmD, Policy};
+    for (name, policy) in [
+        ("consistent_hash", Policy::ConsistentHash),
+        ("llm_d", Policy::LlmD),
+        ("dynamo", Policy::Dynamo),
+    ] {
+        let c = accepted(&format!("scheduling:\n  policy: {name}\n"));
+        assert_eq!(c.scheduling.policy, policy);
+        assert_eq!(c.scheduling.consistent_hash, ConsistentHash::default());
+        assert_eq!(c.scheduling.llm_d, LlmD::default());
+        assert_eq!(c.scheduling.dynamo, Dynamo::default());
+    }
+    let c = accepted(
+        "scheduling:\n  policy: consistent_hash\n  consistent_hash:\n    prefix_blocks: 8\n    \
+         epsilon: 0.5\n    virtual_nodes: 160\n  llm_d: { queue: 1 }\n  dynamo:\n    \
+         overlap_score_weight: 2\n",
+    );
+    let s = &c.scheduling;
+    let want = ConsistentHash {
+        prefix_blocks: 8,
+        epsilon: 0.5,
+        virtual_nodes: 160,
+    };
+    assert_eq!(s.consistent_hash, want);
+    assert_eq!((s.llm_d.queue, s.llm_d.prefix), (1.0, 3.0));
+    assert_eq!(s.dynamo.overlap_score_weight, 2.0);
+    let e = rejected_at(
+        "scheduling:\n  policy: consistent_hash\n  consistent_hash:\n    epsilon: -0.5\n",
+        "scheduling.consistent_hash.epsilon",
+        12,
+    );
+    assert!(e.message.contains("got -0.5"), "{e}");
+    rejected_at(
+        "scheduling:\n  consistent_hash:\n    virtual_nodes: 0\n",
+        "scheduling.consistent_hash.virtual_nodes",
+        11,
+    );
+    rejected_at(
+        "scheduling:\n  dynamo: { overlap_score_weight: .nan }\n",
+        "scheduling.dynamo.overlap_score_weight",
+        10,
+    );
+    let e = rejected_at(
+        "scheduling:\n  policy: llm_d\n  llm_d:\n    prefix: 0\n    queue: 0\n    kv_cache: 0\n",
+        "scheduling.llm_d",
+        11,
+    );
+    assert!(e.message.contains("at least one"), "{e}");
+    let e = err(&format!(
+        "{MINIMAL}scheduling:\n  dynamo:\n    temperature: 0\n"
+    ));
+    assert_eq!(e.field, "scheduling.dynamo", "{e}");
+    assert!(e.message.contains("unknown field `temperature`"), "{e}");
 }
 
 #[test]
@@ -154,4 +317,11 @@ fn line_locator_follows_flow_and_block_styles() {
         Some(5)
     );
     assert_eq!(locate::line_of(text, &p.key("a").key("zz")), None);
+    // A key whose value is a block mapping or sequence is found at its own line.
+    assert_eq!(locate::line_of(text, &p.key("a").key("d")), Some(3));
+    assert_eq!(locate::line_of(text, &p.key("a")), Some(1));
+    // Keys that are not strings are skipped, whatever their shape.
+    let odd = "1: x\n? [k]\n: y\n? {k: v}\n: z\nb: 2\n";
+    assert_eq!(locate::line_of(odd, &p.key("b")), Some(6));
+    assert_eq!(locate::line_of(odd, &p.key("k")), None);
 }

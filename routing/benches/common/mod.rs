@@ -163,7 +163,7 @@ impl Fleet {
             })
             .collect();
         scheduler
-            .decide(&request, &views, seed)
+            .decide_with_hashes(&request, &prompt.hashes, &views, seed)
             .expect("candidates are not empty")
     }
 }

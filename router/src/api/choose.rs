@@ -1,0 +1,224 @@
+//! Choosing a replica for a parsed request: candidates (by model, readiness), prefix matches
+//! from the index, load from counters and scrapes, then the routing core's scheduler.
+//!
+//! The index lock is held from lookup to recording the choice, so two concurrent requests with
+//! the same new prefix see each other: the second finds the first's blocks and follows it.
+
+use super::{Attempt, AttemptError, Chosen};
+use crate::errors::{ApiError, RespBody};
+use crate::metrics::{Metrics, ReasonLabels};
+use crate::state::index::{RouterIndex, SharedIndex};
+use crate::state::replica::{InflightGuard, PrefillGuard};
+use crate::state::table::{Candidate, Table};
+use futures_util::future::Either;
+use http::Response;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tower::{Layer, Service};
+use warmpath_routing::index::PrefixIndex;
+use warmpath_routing::prompt::estimate_tokens;
+use warmpath_routing::scheduler::{Decision, ReplicaView, RequestView};
+use warmpath_routing::ReplicaId;
+
+/// A request bound to a replica; its guards keep the replica's in-flight and pending-prefill
+/// counters up.
+#[derive(Debug)]
+pub struct Routed {
+    pub candidate: Candidate,
+    pub decision: Decision,
+    pub prompt_tokens: u32,
+    pub uncached_tokens: u32,
+    /// Requests ahead of this one on the replica when it was chosen (for the TTFT model).
+    pub queued_ahead: f64,
+    /// Prefill tokens the TTFT model was asked about: this request's uncached tokens plus the
+    /// prefill still pending ahead of it on the replica (learned from with the same inputs).
+    pub prefill_tokens: u32,
+    pub inflight: InflightGuard,
+    pub prefill: PrefillGuard,
+}
+
+/// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection).
+pub fn choose(
+    index: &parking_lot::Mutex<RouterIndex>,
+    table: &Table,
+    features: &crate::request::RequestFeatures,
+    exclude: &[ReplicaId],
+    seed: u64,
+) -> Result<Routed, ApiError> {
+    let all = table
+        .candidates(&features.model)
+        .ok_or_else(|| ApiError::unknown_model(&features.model))?;
+    let now = Instant::now();
+    let ready: Vec<&Candidate> = all
+        .iter()
+        .filter(|c| c.replica.health.is_ready(now) && !exclude.contains(&c.replica.id))
+        .collect();
+    if ready.is_empty() {
+        return Err(ApiError::no_ready_replica(&features.model));
+    }
+    let ids: Vec<ReplicaId> = ready.iter().map(|c| c.replica.id).collect();
+    let models: Vec<_> = ready
+        .iter()
+        .map(|c| c.replica.ttft.lock().clone())
+        .collect();
+    let hashes = &features.prompt.hashes;
+    let prompt_tokens = estimate_tokens(features.prompt.total_bytes);
+    let tokens_per_block = estimate_tokens(table.hasher.block_bytes);
+    let request = RequestView {
+        prompt_tokens,
+        blocks: hashes.len().min(u32::MAX as usize) as u32,
+        tokens_per_block,
+    };
+    let mut matched = vec![0u32; ready.len()];
+    let (decision, queued_ahead, prefill_tokens) = {
+        let mut index = index.lock();
+        index.longest_prefix(hashes, &ids, &mut matched);
+        let views: Vec<ReplicaView<'_>> = ready
+            .iter()
+            .zip(&models)
+            .zip(&matched)
+            .map(|((c, ttft), &matched_blocks)| ReplicaView {
+                id: c.replica.id,
+                inflight_requests: c.replica.inflight_requests(),
+                inflight_tokens: c.replica.inflight_tokens(),
+                engine: c.replica.engine_load(now, table.stale_after),
+                matched_blocks,
+                pending_prefill_tokens: c.replica.pending_prefill_tokens(),
+                ttft,
+            })
+            .collect();
+        let decision = table
+            .scheduler
+            .decide_with_hashes(&request, hashes, &views, seed)
+            .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
+        index.on_routed(decision.replica, hashes);
+        // The predictor must learn from the same inputs it predicted with.
+        let chosen = &views[decision.index];
+        let prefill_tokens =
+            chosen.prefill_tokens(request.uncached_tokens(decision.matched_blocks));
+        (decision, chosen.queued_ahead(), prefill_tokens)
+    };
+    let candidate = ready[decision.index].clone();
+    let uncached_tokens = request.uncached_tokens(decision.matched_blocks);
+    let max_tokens = features
+        .max_tokens
+        .unwrap_or(table.config.limits.default_max_tokens);
+    let inflight = InflightGuard::new(
+        candidate.replica.clone(),
+        prompt_tokens as u64 + max_tokens as u64,
+    );
+    let prefill = PrefillGuard::new(candidate.replica.clone(), u64::from(uncached_tokens));
+    Ok(Routed {
+        candidate,
+        decision,
+        prompt_tokens,
+        uncached_tokens,
+        queued_ahead,
+        prefill_tokens,
+        inflight,
+        prefill,
+    })
+}
+
+#[derive(Clone)]
+pub struct ChooseLayer {
+    shared: Arc<ChooseState>,
+}
+
+struct ChooseState {
+    index: SharedIndex,
+    metrics: Arc<Metrics>,
+    seed: AtomicU64,
+}
+
+impl ChooseLayer {
+    pub fn new(index: SharedIndex, metrics: Arc<Metrics>) -> Self {
+        Self {
+            shared: Arc::new(ChooseState {
+                index,
+                metrics,
+                seed: AtomicU64::new(rand::random()),
+            }),
+        }
+    }
+}
+
+impl ChooseState {
+    /// A per-request random value for the scheduler's tie-breaks: SplitMix64 of a counter,
+    /// cheap and distinct across requests.
+    fn next_seed(&self) -> u64 {
+        let at = self
+            .seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        SplitMix64::seed_from_u64(at).next_u64()
+    }
+}
+
+impl<S> Layer<S> for ChooseLayer {
+    type Service = Choose<S>;
+    fn layer(&self, inner: S) -> Choose<S> {
+        Choose {
+            shared: self.shared.clone(),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Choose<S> {
+    shared: Arc<ChooseState>,
+    inner: S,
+}
+
+impl<S> Service<Attempt> for Choose<S>
+where
+    S: Service<Chosen, Response = Response<RespBody>, Error = AttemptError>,
+{
+    type Response = Response<RespBody>;
+    type Error = AttemptError;
+    type Future = Either<Ready<Result<Response<RespBody>, AttemptError>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), AttemptError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, attempt: Attempt) -> Self::Future {
+        let state = &self.shared;
+        let request = &attempt.request;
+        let features = request.features();
+        let started = Instant::now();
+        let routed = match choose(
+            &state.index,
+            &request.ctx().table,
+            features,
+            &attempt.exclude,
+            state.next_seed(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return Either::Left(ready(Err(AttemptError::NoReplica(e)))),
+        };
+        let m = &state.metrics;
+        m.decision_duration.observe(started.elapsed().as_secs_f64());
+        m.decisions
+            .get_or_create(&ReasonLabels {
+                reason: routed.decision.reason,
+            })
+            .inc();
+        if routed.decision.spilled {
+            m.spills.inc();
+        }
+        m.prefix_blocks_queried
+            .inc_by(features.prompt.hashes.len() as u64);
+        m.prefix_blocks_matched
+            .inc_by(routed.decision.matched_blocks as u64);
+        Either::Right(self.inner.call(Chosen {
+            request: attempt.request,
+            routed,
+        }))
+    }
+}

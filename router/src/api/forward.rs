@@ -1,0 +1,284 @@
+//! The innermost service: send the request to its chosen replica over a pooled connection,
+//! wait for the response head, and stream the body back through the wrappers of
+//! [`crate::body`]: idle timeout, first chunk (TTFT, prefill done), accounting (metrics, the
+//! in-flight counters, the admission permit).
+
+use super::{Chosen, StageFuture};
+use crate::body::{Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome};
+use crate::config::TimeoutsConfig;
+use crate::errors::{BodyError, RespBody};
+use crate::metrics::{Metrics, UpstreamErrorLabels};
+use crate::state::replica::ReplicaState;
+use crate::upstream::{PooledBody, SendError};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, Version};
+use http_body_util::{BodyExt, Full};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tower::Service;
+
+pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-warmpath-replica");
+pub const DECISION_HEADER: HeaderName = HeaderName::from_static("x-warmpath-decision");
+
+/// Why forwarding failed before a response head arrived.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Nothing was sent: safe to try another replica.
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    #[error("no response headers within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Other(hyper::Error),
+}
+
+impl UpstreamError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Other(_) => "other",
+        }
+    }
+}
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Drop hop-by-hop headers (and `host`, when asked) in place. The map is moved or cloned whole
+/// rather than rebuilt entry by entry: most messages carry none of these, and a look costs
+/// less than re-inserting every header.
+fn strip_hop_by_hop(headers: &mut HeaderMap, host_too: bool) {
+    let is_hop =
+        |name: &HeaderName| HOP_BY_HOP.contains(name) || (host_too && name == header::HOST);
+    if headers.keys().any(is_hop) {
+        for name in &HOP_BY_HOP {
+            headers.remove(name);
+        }
+        if host_too {
+            headers.remove(header::HOST);
+        }
+    }
+}
+
+/// Send the request to the replica over a pooled connection and wait for its response head.
+/// The request's headers (with its `x-request-id`) go as they came, less hop-by-hop ones.
+pub async fn send(
+    replica: &ReplicaState,
+    head: &http::request::Parts,
+    body: Bytes,
+    timeouts: &TimeoutsConfig,
+) -> Result<Response<PooledBody>, UpstreamError> {
+    let path = head
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let make = || {
+        let mut req = Request::new(Full::new(body.clone()));
+        *req.method_mut() = head.method.clone();
+        *req.uri_mut() = http::Uri::from(path.clone());
+        *req.version_mut() = Version::HTTP_11;
+        let mut headers = head.headers.clone();
+        strip_hop_by_hop(&mut headers, false);
+        headers.remove(header::CONTENT_LENGTH);
+        headers.insert(header::HOST, replica.host.clone());
+        *req.headers_mut() = headers;
+        req
+    };
+    let send = replica.pool.send(
+        &replica.authority,
+        make,
+        timeouts.connect(),
+        Duration::from_millis(timeouts.pool_idle_ms),
+    );
+    match tokio::time::timeout(timeouts.header(), send).await {
+        Err(_) => Err(UpstreamError::Timeout(timeouts.header())),
+        Ok(Ok(ok)) => Ok(ok),
+        Ok(Err(SendError::Connect(e))) => Err(UpstreamError::Connect(e)),
+        Ok(Err(SendError::Http(e))) => Err(UpstreamError::Other(e)),
+    }
+}
+
+/// The forwarding service. Cheap to clone: one `Arc`.
+#[derive(Clone)]
+pub struct Forward {
+    metrics: Arc<Metrics>,
+}
+
+impl Forward {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl Service<Chosen> for Forward {
+    type Response = Response<RespBody>;
+    type Error = UpstreamError;
+    type Future = StageFuture<Response<RespBody>, UpstreamError>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), UpstreamError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, chosen: Chosen) -> Self::Future {
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let replica = chosen.routed.candidate.replica.clone();
+            let read = &chosen.request.parsed.read;
+            let timeouts = read.ctx.table.config.timeouts;
+            let forwarded = Instant::now();
+            let upstream = send(&replica, &read.head, read.body.clone(), &timeouts).await?;
+            Ok(respond(upstream, chosen, forwarded, metrics))
+        })
+    }
+}
+
+/// The kind an upstream body error is counted as.
+fn body_error_kind(e: &BodyError) -> &'static str {
+    if e.is::<IdleTimedOut>() {
+        "idle"
+    } else {
+        "body"
+    }
+}
+
+/// Turn the replica's response into the client's: hop-by-hop headers out, ours in, the body
+/// wrapped for its idle timeout, first chunk and accounting.
+fn respond(
+    upstream: Response<PooledBody>,
+    chosen: Chosen,
+    forwarded: Instant,
+    metrics: Arc<Metrics>,
+) -> Response<RespBody> {
+    let (up, pooled) = upstream.into_parts();
+    let Chosen { request, routed } = chosen;
+    let ctx = request.ctx();
+    let config = &ctx.table.config;
+    let mut resp = Response::new(RespBody::default());
+    *resp.status_mut() = up.status;
+    *resp.headers_mut() = up.headers;
+    let headers = resp.headers_mut();
+    strip_hop_by_hop(headers, true);
+    if config.response_headers.replica {
+        if let Ok(v) = HeaderValue::from_str(&routed.candidate.replica.name) {
+            headers.insert(REPLICA_HEADER, v);
+        }
+    }
+    if config.response_headers.decision {
+        let d = &routed.decision;
+        let text = format!(
+            "reason={}; matched_blocks={}; predicted_ttft_ms={:.2}; spilled={}",
+            d.reason,
+            d.matched_blocks,
+            d.predicted_ttft_s * 1e3,
+            d.spilled
+        );
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            headers.insert(DECISION_HEADER, v);
+        }
+    }
+
+    let status = up.status.as_u16();
+    let started = ctx.started;
+    let idle = config.timeouts.idle();
+    // TTFT is learned from streams only: a non-streamed body arrives after the whole
+    // generation, which is not TTFT.
+    let learn_ttft = request.features().stream && status < 300;
+    let route = routed.candidate.metrics.clone();
+    let replica = routed.candidate.replica.clone();
+    let (prefill_tokens, queued_ahead) = (routed.prefill_tokens, routed.queued_ahead);
+    let prefill = routed.prefill;
+    let first_route = route.clone();
+    let on_first = move || {
+        // The first token arrived: this request's prefill is done on the replica.
+        drop(prefill);
+        let ttfb = forwarded.elapsed().as_secs_f64();
+        first_route.first_byte.observe(ttfb);
+        if learn_ttft {
+            replica
+                .ttft
+                .lock()
+                .observe(prefill_tokens, queued_ahead, ttfb);
+        }
+    };
+    let inflight = routed.inflight;
+    // The permit goes with the body; the request (its body bytes too) goes now.
+    let permit = request.permit.clone();
+    drop(request);
+    let on_end = move |outcome: Outcome| {
+        match outcome {
+            Outcome::Ended => {}
+            Outcome::Abandoned => {
+                metrics.client_disconnects.inc();
+            }
+            Outcome::Failed(kind) => {
+                metrics
+                    .upstream_errors
+                    .get_or_create(&UpstreamErrorLabels {
+                        replica: inflight.replica().name.clone(),
+                        kind,
+                    })
+                    .inc();
+            }
+        }
+        metrics.count(&route, status);
+        route.duration.observe(started.elapsed().as_secs_f64());
+        // The in-flight counters and the admission permit go with the request.
+        drop(inflight);
+        drop(permit);
+    };
+    let body = Accounting::new(
+        FirstChunk::new(IdleTimeout::new(pooled, idle), on_first),
+        body_error_kind,
+        on_end,
+    );
+    *resp.body_mut() = body.boxed_unsync();
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_and_the_rest_stay() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(header::HOST, HeaderValue::from_static("client.example"));
+        h.insert("x-request-id", HeaderValue::from_static("abc"));
+        let untouched = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, untouched, "nothing to strip: the map is as it was");
+
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(
+            h, untouched,
+            "a request keeps its host (replaced when sent)"
+        );
+        strip_hop_by_hop(&mut h, true);
+        assert!(!h.contains_key(header::HOST));
+        assert_eq!(h.len(), 2);
+    }
+}

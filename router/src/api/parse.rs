@@ -1,0 +1,97 @@
+//! Parse the routing fields of a request ([`crate::request::parse`]) and refuse models no pool
+//! serves. From here on a failure's metric carries the model label: the model when the table
+//! serves it, `(unknown)` otherwise, never the raw client string (series stay bounded).
+
+use super::{Parsed, Read, Rejection};
+use crate::errors::{ApiError, RespBody};
+use crate::state::table::Table;
+use futures_util::future::Either;
+use http::Response;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParseLayer;
+
+impl<S> Layer<S> for ParseLayer {
+    type Service = Parse<S>;
+    fn layer(&self, inner: S) -> Parse<S> {
+        Parse { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Parse<S> {
+    inner: S,
+}
+
+/// The model label for a request that failed after parsing.
+fn model_label(table: &Table, model: &str) -> String {
+    if table.serves(model) {
+        model.to_owned()
+    } else {
+        "(unknown)".to_owned()
+    }
+}
+
+impl<S> Service<Read> for Parse<S>
+where
+    S: Service<Parsed, Response = Response<RespBody>, Error = ApiError>,
+    S::Future: Unpin,
+{
+    type Response = Response<RespBody>;
+    type Error = Rejection;
+    type Future = Either<Labelled<S::Future>, Ready<Result<Response<RespBody>, Rejection>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.inner.poll_ready(cx).map_err(Rejection::before_parse)
+    }
+
+    fn call(&mut self, read: Read) -> Self::Future {
+        let table = read.ctx.table.clone();
+        let parsed = crate::request::parse(
+            read.ctx.endpoint,
+            &read.body,
+            &read.head.headers,
+            &table.hasher,
+        );
+        let features = match parsed {
+            Ok(f) => f,
+            Err(e) => return Either::Right(ready(Err(Rejection::before_parse(e)))),
+        };
+        if !table.serves(&features.model) {
+            let error = ApiError::unknown_model(&features.model);
+            let model = model_label(&table, &features.model);
+            return Either::Right(ready(Err(Rejection { error, model })));
+        }
+        let model = features.model.clone();
+        Either::Left(Labelled {
+            inner: self.inner.call(Parsed { read, features }),
+            model,
+        })
+    }
+}
+
+/// The rest of the stack's answer, its failure labelled with the (served) model.
+pub struct Labelled<F> {
+    inner: F,
+    model: String,
+}
+
+impl<F> Future for Labelled<F>
+where
+    F: Future<Output = Result<Response<RespBody>, ApiError>> + Unpin,
+{
+    type Output = Result<Response<RespBody>, Rejection>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.inner)
+            .poll(cx)
+            .map_err(|error| Rejection {
+                error,
+                model: std::mem::take(&mut self.model),
+            })
+    }
+}

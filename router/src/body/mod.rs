@@ -1,0 +1,16 @@
+//! Wrappers around a streamed response body, one concern each. They pass frames through as
+//! they come (SSE is never buffered) and act on what a body's life tells: the first chunk, a
+//! silence, the end, or a drop before the end (the client went away).
+//!
+//! The API stack composes them around the replica's body (`crate::api::forward`):
+//! `Accounting<FirstChunk<IdleTimeout<PooledBody>>>`, innermost first: the pooled connection is
+//! handed back at the end, a silent replica is cut, the first chunk times TTFT, and the end
+//! (or drop) settles the request's metrics, in-flight counters and admission permit.
+
+mod accounting;
+mod first_chunk;
+mod idle;
+
+pub use accounting::{Accounting, Outcome};
+pub use first_chunk::FirstChunk;
+pub use idle::{IdleTimedOut, IdleTimeout};

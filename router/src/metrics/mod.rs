@@ -1,0 +1,229 @@
+//! The router's Prometheus metrics (served on the admin listener).
+//!
+//! Label values come from the configuration (model, pool and replica names) or from fixed sets
+//! (status codes, reasons), never from raw client input, so the number of series is bounded by
+//! the configuration: an unknown model is counted as `model="(unknown)"`.
+
+mod kubernetes;
+mod labels;
+mod route;
+
+pub use kubernetes::KubernetesMetrics;
+pub use labels::*;
+pub use route::RouteMetrics;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~130 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: HistogramFamily<RouteLabels>,
+    pub time_to_first_byte: HistogramFamily<RouteLabels>,
+    pub decision_duration: Histogram,
+    pub decisions: Family<ReasonLabels, Counter>,
+    pub spills: Counter,
+    pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    pub client_disconnects: Counter,
+    pub prefix_blocks_queried: Counter,
+    pub prefix_blocks_matched: Counter,
+    pub prefix_hit_ratio: Gauge<f64, AtomicU64>,
+    pub index_bytes: Gauge,
+    pub index_capacity_bytes: Gauge,
+    pub index_entries: Gauge,
+    pub index_evictions: Gauge,
+    pub inflight: Family<ReplicaLabels, Gauge>,
+    pub ready: Family<ReplicaLabels, Gauge>,
+    pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
+    pub scrapes: Family<ResultLabels, Counter>,
+    pub config_reloads: Family<ResultLabels, Counter>,
+    pub kubernetes: KubernetesMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("warmpath");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by model, pool, replica (empty when none was chosen) and status",
+            requests.clone(),
+        );
+        let request_duration: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from request arrival to the end of the response body",
+            request_duration.clone(),
+        );
+        let time_to_first_byte: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "time_to_first_byte_seconds",
+            "Time from forwarding to the first response body chunk (TTFT for streams)",
+            time_to_first_byte.clone(),
+        );
+        // 1 µs .. ~16 ms
+        let decision_duration = Histogram::new(exponential_buckets(1e-6, 2.0, 15));
+        registry.register(
+            "decision_duration_seconds",
+            "Time to pick a replica: candidates, prefix-index lookup, scoring (prompt hashing is done while parsing)",
+            decision_duration.clone(),
+        );
+        let decisions = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Scheduling decisions by reason",
+            decisions.clone(),
+        );
+        let spills = Counter::default();
+        registry.register(
+            "hotspot_spills",
+            "Requests moved off their best-matching replica by the hot-spot guard",
+            spills.clone(),
+        );
+        let upstream_errors = Family::<UpstreamErrorLabels, Counter>::default();
+        registry.register(
+            "upstream_errors",
+            "Failures talking to replicas, by kind",
+            upstream_errors.clone(),
+        );
+        let client_disconnects = Counter::default();
+        registry.register(
+            "client_disconnects",
+            "Responses abandoned by the client before their end (upstream request cancelled)",
+            client_disconnects.clone(),
+        );
+        let prefix_blocks_queried = Counter::default();
+        registry.register(
+            "prefix_blocks_queried",
+            "Prompt blocks looked up in the prefix index",
+            prefix_blocks_queried.clone(),
+        );
+        let prefix_blocks_matched = Counter::default();
+        registry.register(
+            "prefix_blocks_matched",
+            "Prompt blocks found cached on the chosen replica",
+            prefix_blocks_matched.clone(),
+        );
+        let prefix_hit_ratio = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "prefix_hit_ratio",
+            "prefix_blocks_matched / prefix_blocks_queried since start",
+            prefix_hit_ratio.clone(),
+        );
+        let index_bytes = Gauge::default();
+        registry.register(
+            "prefix_index_bytes",
+            "Estimated memory held by the prefix index",
+            index_bytes.clone(),
+        );
+        let index_capacity_bytes = Gauge::default();
+        registry.register(
+            "prefix_index_capacity_bytes",
+            "Configured memory bound of the prefix index, all replicas",
+            index_capacity_bytes.clone(),
+        );
+        let index_entries = Gauge::default();
+        registry.register(
+            "prefix_index_entries",
+            "(replica, block) entries in the prefix index",
+            index_entries.clone(),
+        );
+        let index_evictions = Gauge::default();
+        registry.register(
+            "prefix_index_evictions",
+            "Entries evicted from the prefix index to stay within its bound, since start",
+            index_evictions.clone(),
+        );
+        let inflight = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "inflight_requests",
+            "Requests this router has in flight per replica",
+            inflight.clone(),
+        );
+        let ready = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "replica_ready",
+            "1 when the replica is a routing candidate",
+            ready.clone(),
+        );
+        let prefill_per_token = Family::<ReplicaLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "replica_prefill_seconds_per_token",
+            "Learned prefill cost per uncached token",
+            prefill_per_token.clone(),
+        );
+        let scrapes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "engine_scrapes",
+            "Engine metric scrapes by result",
+            scrapes.clone(),
+        );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads by result",
+            config_reloads.clone(),
+        );
+        let kubernetes = KubernetesMetrics::register(&mut registry);
+        Self {
+            registry,
+            requests,
+            request_duration,
+            time_to_first_byte,
+            decision_duration,
+            decisions,
+            spills,
+            upstream_errors,
+            client_disconnects,
+            prefix_blocks_queried,
+            prefix_blocks_matched,
+            prefix_hit_ratio,
+            index_bytes,
+            index_capacity_bytes,
+            index_entries,
+            index_evictions,
+            inflight,
+            ready,
+            prefill_per_token,
+            scrapes,
+            config_reloads,
+            kubernetes,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Forget a replica's series when it leaves the configuration.
+    pub fn remove_replica(&self, name: &str) {
+        let l = ReplicaLabels {
+            replica: name.to_owned(),
+        };
+        self.inflight.remove(&l);
+        self.ready.remove(&l);
+        self.prefill_per_token.remove(&l);
+    }
+}

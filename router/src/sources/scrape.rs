@@ -1,0 +1,274 @@
+//! Reading engine load from each replica's Prometheus endpoint every 50–100 ms.
+//!
+//! Only a few series matter (running and waiting requests, KV-cache use), so this holds a
+//! minimal Prometheus text parser rather than a client library. A scrape that succeeds marks
+//! the replica's server up; a refused connection marks it down at once; other failures only
+//! after a few in a row. Values older than `stale_after_ms` are unknown to the scheduler.
+
+use crate::config::{Engine, TimeoutsConfig};
+use crate::metrics::{Metrics, ResultLabels};
+use crate::state::publish::TableReader;
+use crate::state::replica::{ReplicaState, ScrapeTarget};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warmpath_routing::scheduler::EngineLoad;
+
+/// A general-purpose HTTP client is plenty for one GET per replica every 75 ms; the data path
+/// has its own pool ([`crate::upstream`]).
+type ScrapeClient = Client<HttpConnector, Full<Bytes>>;
+
+fn build_client(t: &TimeoutsConfig) -> ScrapeClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(t.connect()));
+    connector.set_nodelay(true);
+    connector.enforce_http(true);
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_millis(t.pool_idle_ms))
+        .pool_max_idle_per_host(4)
+        .build(connector)
+}
+
+/// Largest metrics page read (vLLM's is tens of KB; this keeps a broken endpoint bounded).
+const MAX_METRICS_BYTES: usize = 4 << 20;
+
+/// Series names per engine: (running, waiting, kv-cache use 0..1).
+fn series(
+    engine: Engine,
+) -> (
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+) {
+    match engine {
+        Engine::Vllm => (
+            &["vllm:num_requests_running"],
+            &["vllm:num_requests_waiting"],
+            &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+        ),
+        Engine::Sglang => (
+            &["sglang:num_running_reqs"],
+            &["sglang:num_queue_reqs"],
+            &["sglang:token_usage"],
+        ),
+    }
+}
+
+/// Extract engine load from Prometheus text. Series with several label sets (one per model or
+/// engine rank) are summed for counts and maxed for cache use. `None` when neither the running
+/// nor the waiting series is present.
+pub fn parse_engine_load(text: &str, engine: Engine) -> Option<EngineLoad> {
+    let (running_names, waiting_names, kv_names) = series(engine);
+    let mut running = None::<f64>;
+    let mut waiting = None::<f64>;
+    let mut kv = None::<f64>;
+    for line in text.lines() {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line
+            .find(|c: char| c == '{' || c.is_whitespace())
+            .unwrap_or(line.len());
+        let name = &line[..name_end];
+        let rest = &line[name_end..];
+        let rest = match rest.strip_prefix('{') {
+            // Label values may contain `}` inside quotes; find the closing brace outside quotes.
+            Some(labels) => match closing_brace(labels) {
+                Some(end) => &labels[end + 1..],
+                None => continue,
+            },
+            None => rest,
+        };
+        let Some(value) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        if !value.is_finite() {
+            continue;
+        }
+        if running_names.contains(&name) {
+            *running.get_or_insert(0.0) += value;
+        } else if waiting_names.contains(&name) {
+            *waiting.get_or_insert(0.0) += value;
+        } else if kv_names.contains(&name) {
+            kv = Some(kv.map_or(value, |k: f64| k.max(value)));
+        }
+    }
+    if running.is_none() && waiting.is_none() {
+        return None;
+    }
+    Some(EngineLoad {
+        running: running.unwrap_or(0.0),
+        waiting: waiting.unwrap_or(0.0),
+        kv_cache_usage: kv.unwrap_or(0.0).clamp(0.0, 1.0),
+    })
+}
+
+fn closing_brace(labels: &str) -> Option<usize> {
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_quotes => escaped = true,
+            '"' => in_quotes = !in_quotes,
+            '}' if !in_quotes => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+enum ScrapeFailure {
+    Refused,
+    Other,
+}
+
+async fn scrape_once(
+    client: &ScrapeClient,
+    replica: &ReplicaState,
+    target: &ScrapeTarget,
+    timeout: Duration,
+) -> Result<String, ScrapeFailure> {
+    let authority = match target.port {
+        None => replica.authority.clone(),
+        Some(port) => format!("{}:{port}", replica.authority.host())
+            .parse()
+            .map_err(|_| ScrapeFailure::Other)?,
+    };
+    let uri = http::Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(target.path.as_str())
+        .build()
+        .map_err(|_| ScrapeFailure::Other)?;
+    let fut = async {
+        let resp = client.get(uri).await.map_err(|e| {
+            if e.is_connect() {
+                ScrapeFailure::Refused
+            } else {
+                ScrapeFailure::Other
+            }
+        })?;
+        if !resp.status().is_success() {
+            return Err(ScrapeFailure::Other);
+        }
+        let body = Limited::new(resp.into_body(), MAX_METRICS_BYTES)
+            .collect()
+            .await
+            .map_err(|_| ScrapeFailure::Other)?
+            .to_bytes();
+        String::from_utf8(body.to_vec()).map_err(|_| ScrapeFailure::Other)
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or(Err(ScrapeFailure::Other))
+}
+
+/// Scrape one replica until it is removed (the publisher aborts the task) or the router stops
+/// (the table channel closes). Settings are re-read from the current table every round, so a
+/// reload changes them in place. This task is the only writer of the replica's engine load and
+/// of its active health.
+pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<Metrics>) {
+    let mut client: Option<(TimeoutsConfig, ScrapeClient)> = None;
+    loop {
+        if tables.closed() {
+            return;
+        }
+        let table = tables.current();
+        let cfg = table.config.scrape;
+        let timeouts = table.config.timeouts;
+        drop(table);
+        let interval = Duration::from_millis(cfg.interval_ms);
+        if let Some(target) = replica.scrape_target() {
+            if client.as_ref().is_some_and(|(t, _)| *t != timeouts) {
+                client = None;
+            }
+            let (_, http) = client.get_or_insert_with(|| (timeouts, build_client(&timeouts)));
+            let result = scrape_once(
+                http,
+                &replica,
+                &target,
+                Duration::from_millis(cfg.timeout_ms),
+            )
+            .await;
+            let now = Instant::now();
+            let label = match result {
+                Ok(text) => {
+                    replica.health.on_scrape_ok();
+                    replica.set_engine_load(parse_engine_load(&text, target.engine), now);
+                    "ok"
+                }
+                Err(ScrapeFailure::Refused) => {
+                    replica
+                        .health
+                        .on_scrape_failed(true, cfg.failures_before_unready);
+                    "refused"
+                }
+                Err(ScrapeFailure::Other) => {
+                    replica
+                        .health
+                        .on_scrape_failed(false, cfg.failures_before_unready);
+                    "error"
+                }
+            };
+            metrics
+                .scrapes
+                .get_or_create(&ResultLabels { result: label })
+                .inc();
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VLLM: &str = r#"# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 7.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="t}i\"ny"} 0.5
+vllm:num_requests_running_total 99
+"#;
+
+    #[test]
+    fn parses_vllm_series() {
+        let load = parse_engine_load(VLLM, Engine::Vllm).unwrap();
+        assert_eq!(load.running, 5.0);
+        assert_eq!(load.waiting, 7.0);
+        assert_eq!(load.kv_cache_usage, 0.5);
+    }
+
+    #[test]
+    fn parses_sglang_series() {
+        let text = "sglang:num_running_reqs{model_name=\"m\"} 4\nsglang:num_queue_reqs{model_name=\"m\"} 1\nsglang:token_usage{model_name=\"m\"} 0.75\n";
+        let load = parse_engine_load(text, Engine::Sglang).unwrap();
+        assert_eq!(
+            (load.running, load.waiting, load.kv_cache_usage),
+            (4.0, 1.0, 0.75)
+        );
+        assert!(parse_engine_load(text, Engine::Vllm).is_none());
+    }
+
+    #[test]
+    fn unknown_or_broken_pages_give_none() {
+        assert!(parse_engine_load("{\"not\":\"metrics\"}", Engine::Vllm).is_none());
+        assert!(parse_engine_load("vllm:num_requests_running{x=\"1\" 3", Engine::Vllm).is_none());
+        assert!(parse_engine_load("vllm:num_requests_running NaN", Engine::Vllm).is_none());
+    }
+}

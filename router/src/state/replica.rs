@@ -1,0 +1,313 @@
+//! Replicas as the router knows them at run time, and the registry that gives each one a stable
+//! [`ReplicaId`].
+//!
+//! A replica's state (load counters, scraped engine load, health, learned TTFT model) outlives
+//! configuration reloads: the registry keys it by name and URL, so a reload that keeps a replica
+//! keeps its id, its prefix-index entries and what the predictor learned about it.
+
+use super::health::Health;
+use crate::config::{Config, Engine};
+use crate::upstream::ConnPool;
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warmpath_routing::predict::{TtftModel, TtftPrior};
+use warmpath_routing::scheduler::EngineLoad;
+use warmpath_routing::ReplicaId;
+
+/// Where and how to read a replica's engine metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeTarget {
+    pub path: String,
+    /// The metrics port, when not the serving port.
+    pub port: Option<u16>,
+    pub engine: Engine,
+}
+
+/// One serving endpoint.
+#[derive(Debug)]
+pub struct ReplicaState {
+    pub id: ReplicaId,
+    pub name: String,
+    pub url: String,
+    pub authority: http::uri::Authority,
+    /// The `host` header sent with every forwarded request (made once, not per request).
+    pub host: http::HeaderValue,
+    inflight_requests: AtomicU32,
+    inflight_tokens: AtomicU64,
+    /// Uncached prompt tokens of in-flight requests that have no first token yet.
+    pending_prefill: AtomicU64,
+    engine: Mutex<Option<(EngineLoad, Instant)>>,
+    pub health: Health,
+    pub ttft: Mutex<TtftModel>,
+    /// Idle data-path connections to this replica.
+    pub pool: Arc<ConnPool>,
+    scrape_target: Mutex<Option<ScrapeTarget>>,
+    scrape_task: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl ReplicaState {
+    fn new(
+        id: ReplicaId,
+        name: &str,
+        url: &str,
+        authority: http::uri::Authority,
+        prior: TtftPrior,
+    ) -> Self {
+        let host = http::HeaderValue::from_str(authority.as_str())
+            .expect("a URI authority is a valid header value");
+        Self {
+            id,
+            name: name.to_owned(),
+            url: url.trim_end_matches('/').to_owned(),
+            authority,
+            host,
+            inflight_requests: AtomicU32::new(0),
+            inflight_tokens: AtomicU64::new(0),
+            pending_prefill: AtomicU64::new(0),
+            engine: Mutex::new(None),
+            health: Health::default(),
+            ttft: Mutex::new(TtftModel::new(prior)),
+            pool: Arc::default(),
+            scrape_target: Mutex::new(None),
+            scrape_task: Mutex::new(None),
+        }
+    }
+
+    pub fn inflight_requests(&self) -> u32 {
+        self.inflight_requests.load(Ordering::Relaxed)
+    }
+
+    pub fn inflight_tokens(&self) -> u64 {
+        self.inflight_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.pending_prefill.load(Ordering::Relaxed)
+    }
+
+    /// Engine load from the last scrape, or `None` when it is older than `stale_after`.
+    pub fn engine_load(&self, now: Instant, stale_after: Duration) -> Option<EngineLoad> {
+        let guard = self.engine.lock();
+        match *guard {
+            Some((load, at)) if now.saturating_duration_since(at) <= stale_after => Some(load),
+            _ => None,
+        }
+    }
+
+    /// Record a scrape. `None` means the engine answered but exposes no load series we know.
+    pub fn set_engine_load(&self, load: Option<EngineLoad>, at: Instant) {
+        *self.engine.lock() = load.map(|l| (l, at));
+    }
+
+    pub fn scrape_target(&self) -> Option<ScrapeTarget> {
+        self.scrape_target.lock().clone()
+    }
+
+    pub(crate) fn set_scrape_target(&self, target: Option<ScrapeTarget>) {
+        *self.scrape_target.lock() = target;
+    }
+
+    pub(crate) fn set_scrape_task(&self, handle: tokio::task::AbortHandle) {
+        if let Some(old) = self.scrape_task.lock().replace(handle) {
+            old.abort();
+        }
+    }
+
+    pub(crate) fn stop_scraping(&self) {
+        if let Some(old) = self.scrape_task.lock().take() {
+            old.abort();
+        }
+    }
+}
+
+/// Holds a replica's in-flight request and token counters up for as long as a request is in
+/// flight (until its response body ends or is dropped).
+#[derive(Debug)]
+pub struct InflightGuard {
+    replica: Arc<ReplicaState>,
+    tokens: u64,
+}
+
+impl InflightGuard {
+    pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+        replica.inflight_requests.fetch_add(1, Ordering::Relaxed);
+        replica.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
+        Self { replica, tokens }
+    }
+
+    pub fn replica(&self) -> &Arc<ReplicaState> {
+        &self.replica
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.replica
+            .inflight_requests
+            .fetch_sub(1, Ordering::Relaxed);
+        self.replica
+            .inflight_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}
+
+/// Holds a replica's pending-prefill count up until the request's first token: the scheduler
+/// counts prefill work still ahead on a replica, which ends before the response does.
+#[derive(Debug)]
+pub struct PrefillGuard {
+    replica: Arc<ReplicaState>,
+    tokens: u64,
+}
+
+impl PrefillGuard {
+    pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+        replica.pending_prefill.fetch_add(tokens, Ordering::Relaxed);
+        Self { replica, tokens }
+    }
+}
+
+impl Drop for PrefillGuard {
+    fn drop(&mut self) {
+        self.replica
+            .pending_prefill
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}
+
+/// What changed in the registry on a configuration (re)load.
+#[derive(Debug, Default)]
+pub struct RegistryChange {
+    pub added: Vec<Arc<ReplicaState>>,
+    pub removed: Vec<Arc<ReplicaState>>,
+}
+
+/// Name → replica state, with dense ids reused after removal (the prefix index keeps per-id
+/// state, so ids stay small and are only reused once the index has forgotten them).
+///
+/// Written only by the table publisher ([`super::publish`]); others read it through
+/// [`Replicas`], a concurrent map, so that `/metrics` never waits for a table rebuild.
+#[derive(Debug, Default)]
+pub struct ReplicaRegistry {
+    by_name: Replicas,
+    free_ids: Vec<ReplicaId>,
+    next_id: ReplicaId,
+}
+
+/// A read-only view of every replica the router knows, by name (pools of every role).
+#[derive(Debug, Clone, Default)]
+pub struct Replicas(Arc<DashMap<String, Arc<ReplicaState>>>);
+
+impl Replicas {
+    /// Every replica, in no particular order.
+    pub fn snapshot(&self) -> Vec<Arc<ReplicaState>> {
+        self.0.iter().map(|e| e.value().clone()).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<ReplicaState>> {
+        self.0.get(name).map(|e| e.value().clone())
+    }
+}
+
+impl ReplicaRegistry {
+    pub fn get(&self, name: &str) -> Option<Arc<ReplicaState>> {
+        self.by_name.get(name)
+    }
+
+    /// The view handed to readers.
+    pub fn view(&self) -> Replicas {
+        self.by_name.clone()
+    }
+
+    /// Bring the registry in line with `config` (already validated: names are unique and URLs
+    /// parse). A replica whose URL changed is a new replica under the same name.
+    pub fn sync(&mut self, config: &Config) -> RegistryChange {
+        let mut change = RegistryChange::default();
+        let mut wanted: HashMap<&str, (&str, Option<ScrapeTarget>)> = HashMap::new();
+        for pool in &config.pools {
+            let target = pool.metrics_path.as_ref().map(|p| ScrapeTarget {
+                path: p.clone(),
+                port: pool.metrics_port,
+                engine: pool.engine,
+            });
+            for r in &pool.replicas {
+                wanted.insert(&r.name, (&r.url, target.clone()));
+            }
+        }
+        let stale: Vec<String> = self
+            .by_name
+            .0
+            .iter()
+            .filter(|e| match wanted.get(e.key().as_str()) {
+                Some((url, _)) => e.value().url != url.trim_end_matches('/'),
+                None => true,
+            })
+            .map(|e| e.key().clone())
+            .collect();
+        for name in stale {
+            if let Some((_, state)) = self.by_name.0.remove(&name) {
+                state.stop_scraping();
+                state.pool.clear();
+                self.free_ids.push(state.id);
+                change.removed.push(state);
+            }
+        }
+        let prior = config.predictor;
+        for (name, (url, target)) in wanted {
+            if let Some(state) = self.by_name.get(name) {
+                state.set_scrape_target(target);
+                continue;
+            }
+            let authority = match crate::config::parse_base_url(url) {
+                Ok(a) => a,
+                Err(_) => continue, // validated before; unreachable in practice
+            };
+            let id = self.free_ids.pop().unwrap_or_else(|| {
+                let id = self.next_id;
+                self.next_id += 1;
+                id
+            });
+            let state = Arc::new(ReplicaState::new(id, name, url, authority, prior));
+            state.set_scrape_target(target);
+            self.by_name.0.insert(name.to_owned(), state.clone());
+            change.added.push(state);
+        }
+        change
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_release_what_they_hold() {
+        let replica = Arc::new(ReplicaState::new(
+            0,
+            "r0",
+            "http://127.0.0.1:1",
+            http::uri::Authority::from_static("127.0.0.1:1"),
+            TtftPrior::default(),
+        ));
+        let a = InflightGuard::new(replica.clone(), 300);
+        let a_prefill = PrefillGuard::new(replica.clone(), 100);
+        let b = InflightGuard::new(replica.clone(), 50);
+        let b_prefill = PrefillGuard::new(replica.clone(), 20);
+        assert_eq!(replica.pending_prefill_tokens(), 120);
+        drop(a_prefill);
+        assert_eq!(replica.pending_prefill_tokens(), 20);
+        assert_eq!(replica.inflight_requests(), 2);
+        drop(b);
+        drop(b_prefill);
+        assert_eq!(replica.pending_prefill_tokens(), 0);
+        assert_eq!(replica.inflight_tokens(), 300);
+        drop(a);
+        assert_eq!(
+            (replica.inflight_requests(), replica.inflight_tokens()),
+            (0, 0)
+        );
+    }
+}

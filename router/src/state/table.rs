@@ -1,0 +1,96 @@
+//! The routing table: model → candidate replicas (with their pool), plus everything else a
+//! request needs from the configuration, built once per (re)load and swapped atomically.
+//!
+//! Requests take an `Arc<Table>` when they start and keep it to the end, so a reload never
+//! changes the rules under an in-flight request.
+
+use super::replica::{ReplicaRegistry, ReplicaState};
+use crate::config::{Config, Role};
+use crate::metrics::{Metrics, RouteLabels, RouteMetrics};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use warmpath_routing::prompt::BlockHasher;
+use warmpath_routing::scheduler::Scheduler;
+
+/// A replica that may answer a model, with the pool it answers for.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub pool: Arc<str>,
+    pub replica: Arc<ReplicaState>,
+    /// This route's metric series (the model is the table entry's).
+    pub metrics: Arc<RouteMetrics>,
+}
+
+#[derive(Debug)]
+pub struct Table {
+    pub config: Arc<Config>,
+    /// Serving candidates per model (pools with role `both` or `decode`).
+    models: HashMap<String, Arc<[Candidate]>>,
+    pub scheduler: Scheduler,
+    pub hasher: BlockHasher,
+    /// `/v1/models` answer, rendered once.
+    pub models_json: Bytes,
+    pub stale_after: Duration,
+}
+
+impl Table {
+    /// Build from a validated configuration; replicas come from `registry` (already synced).
+    pub fn build(config: Arc<Config>, registry: &ReplicaRegistry, metrics: &Metrics) -> Self {
+        let mut models: HashMap<String, Vec<Candidate>> = HashMap::new();
+        let mut model_names: Vec<&str> = Vec::new();
+        for pool in &config.pools {
+            let pool_name: Arc<str> = Arc::from(pool.name.as_str());
+            for model in &pool.models {
+                if !model_names.contains(&model.as_str()) {
+                    model_names.push(model);
+                }
+                let entry = models.entry(model.clone()).or_default();
+                if pool.role == Role::Prefill {
+                    continue;
+                }
+                for r in &pool.replicas {
+                    if let Some(state) = registry.get(&r.name) {
+                        entry.push(Candidate {
+                            pool: pool_name.clone(),
+                            replica: state,
+                            metrics: Arc::new(metrics.route(RouteLabels {
+                                model: model.clone(),
+                                pool: pool.name.clone(),
+                                replica: r.name.clone(),
+                            })),
+                        });
+                    }
+                }
+            }
+        }
+        let data: Vec<_> = model_names
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "id": m, "object": "model", "created": 0, "owned_by": "warmpath"
+                })
+            })
+            .collect();
+        let models_json =
+            Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string());
+        Self {
+            models: models.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            scheduler: Scheduler::new(config.scheduling.clone()),
+            hasher: BlockHasher::new(config.index.block_bytes),
+            models_json,
+            stale_after: Duration::from_millis(config.scrape.stale_after_ms),
+            config,
+        }
+    }
+
+    /// Candidates for a model (ready or not), or `None` when no pool serves it.
+    pub fn candidates(&self, model: &str) -> Option<&Arc<[Candidate]>> {
+        self.models.get(model)
+    }
+
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.contains_key(model)
+    }
+}

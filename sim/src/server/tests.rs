@@ -1,0 +1,123 @@
+//! What the handlers decide without a connection: fault patches, model checks, P/D parameters
+//! and the stream faults. Routes over real connections are tested in `sim/tests/`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::generate::ChunkSender;
+use super::pd::pd_params;
+use super::{admin_patch, check_model, Body};
+use crate::config::EngineConfig;
+use crate::engine::Summary;
+use crate::faults::FaultState;
+use crate::replica::Replica;
+use crate::tokens::Tokenizer;
+
+fn replica(index: usize) -> Arc<Replica> {
+    Arc::new(Replica::new(
+        index,
+        format!("127.0.0.1:{}", 8001 + index).parse().unwrap(),
+        "tiny".into(),
+        EngineConfig::default(),
+        Arc::new(Tokenizer::bytes()),
+        FaultState::default(),
+        16,
+        false,
+    ))
+}
+
+/// The status and JSON body `admin_patch` answers with.
+async fn patch(replicas: &[Arc<Replica>], body: &str, by_index: bool) -> (StatusCode, Value) {
+    let r: http::Response<Body> = admin_patch(replicas, body.as_bytes(), by_index);
+    let status = r.status();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_process_patch_targets_the_named_replica_and_rejects_unknown_ones() {
+    let fleet = [replica(0), replica(1)];
+    let (status, v) = patch(&fleet, r#"{"replica": 1, "unhealthy": true}"#, true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert!(!fleet[0].faults.borrow().unhealthy);
+    assert!(fleet[1].faults.borrow().unhealthy);
+
+    let (status, v) = patch(&fleet, r#"{"replica": 5, "hang": true}"#, true).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["param"], "replica");
+    assert!(!fleet.iter().any(|r| r.faults.borrow().hang));
+}
+
+#[tokio::test]
+async fn a_replica_patch_ignores_the_index_and_bad_patches_change_nothing() {
+    let fleet = [replica(0), replica(1)];
+    // A replica's own endpoint patches itself whatever index the body names.
+    let (status, _) = patch(&fleet[..1], r#"{"replica": 1, "hang": true}"#, false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(fleet[0].faults.borrow().hang);
+    assert!(!fleet[1].faults.borrow().hang);
+
+    let (status, v) = patch(&fleet, r#"{"hang": true, "typo": 1}"#, false).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["type"], "BadRequestError");
+    assert!(!fleet[1].faults.borrow().hang);
+}
+
+#[test]
+fn only_a_named_other_model_is_rejected() {
+    let r = replica(0);
+    assert!(check_model(&r, None).is_ok());
+    assert!(check_model(&r, Some("tiny")).is_ok());
+    let e = check_model(&r, Some("huge")).unwrap_err();
+    assert_eq!(e.status, StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn pd_params_name_the_prefill_replica_and_its_slots() {
+    let r = replica(2);
+    let s = Summary {
+        prompt_tokens: 8,
+        completion_tokens: 1,
+        cached_tokens: 0,
+        finish_reason: "length",
+        ttft: 0.0,
+        prefill_blocks: Some((vec![3, 4], vec![11, 12])),
+    };
+    let v = pd_params(&r, &s);
+    assert_eq!(v["do_remote_prefill"], true);
+    assert_eq!(v["remote_block_ids"], serde_json::json!([3, 4]));
+    assert_eq!(v["remote_engine_id"], r.engine_id.as_str());
+    assert_eq!(v["remote_host"], "127.0.0.1");
+    assert_eq!(v["remote_port"], 8003);
+}
+
+#[tokio::test]
+async fn drop_mid_stream_cuts_the_stream_after_the_configured_chunks() {
+    let (tx, mut rx) = mpsc::channel(8);
+    let faults = FaultState {
+        drop_mid_stream: true,
+        drop_after_chunks: 2,
+        ..FaultState::default()
+    };
+    let mut out = ChunkSender::new(tx, faults);
+    assert!(out.send(Bytes::from_static(b"a")).await);
+    assert!(out.send(Bytes::from_static(b"b")).await);
+    assert!(!out.send(Bytes::from_static(b"c")).await);
+    assert_eq!(rx.recv().await.unwrap().unwrap(), "a");
+    assert_eq!(rx.recv().await.unwrap().unwrap(), "b");
+    assert!(rx.recv().await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn a_gone_client_ends_the_stream() {
+    let (tx, rx) = mpsc::channel(8);
+    drop(rx);
+    let mut out = ChunkSender::new(tx, FaultState::default());
+    assert!(!out.send(Bytes::from_static(b"a")).await);
+}
