@@ -5,6 +5,10 @@
 # same seeded workloads through:
 #   warmpath round_robin, least_load, prefix, predicted_ttft   (warmpath-router, static config)
 #   SGLang model gateway round_robin and cache_aware            (../shared/peers/sglang-router.sh)
+# and, when named in SYSTEMS (make bench-full names them all): the peers' algorithms on
+# warmpath's data path (warmpath-consistent-hash, warmpath-llm-d, warmpath-dynamo), the SGLang
+# gateway with power_of_two, and with balance thresholds sized for this fleet
+# (sglang-cache-aware-tuned, SGLANG_TUNED_ARGS).
 # then the data-path suite (bench/datapath.sh, when present), writes bench/results/*.json and
 # regenerates BENCHMARKS.md with `warmpath-bench report`.
 #
@@ -48,6 +52,22 @@ KV_BLOCKS=${KV_BLOCKS:-512}
 BLOCK_SIZE=16
 PREFILL_US=${PREFILL_US:-100}
 SEED=${SEED:-1}
+# Seeds: every point is run once per seed (the report gives medians and bootstrap intervals over
+# them; one seed gives no interval). The systems run in a different shuffled order per seed.
+SEEDS=${SEEDS:-$SEED}
+# With REQUESTS set, runs have a fixed request count (WARMUP of them left out of the figures)
+# instead of a duration, so every system answers the same requests.
+REQUESTS=${REQUESTS:-}
+WARMUP=${WARMUP:-0}
+# A section where the cache binds: shared-prefix with its distinct prefixes sized at
+# BINDING_WORKING_SET × the fleet's KV cache and Zipf(BINDING_ZIPF) popularity, for the
+# BINDING_SYSTEMS (none by default; make bench-full sets them).
+BINDING_SYSTEMS=${BINDING_SYSTEMS:-}
+BINDING_WORKING_SET=${BINDING_WORKING_SET:-1.5}
+BINDING_ZIPF=${BINDING_ZIPF:-1.0}
+# The SGLang gateway's balance thresholds for a fleet of this size: its defaults (abs 64,
+# rel 1.5) never trigger with 32 requests over 8 replicas, so one hot prefix takes one replica.
+SGLANG_TUNED_ARGS=${SGLANG_TUNED_ARGS:-"--balance-abs-threshold 4 --balance-rel-threshold 1.25"}
 SIM_PORT=${SIM_PORT:-18101}
 FRONT_PORT=${FRONT_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
@@ -144,6 +164,15 @@ start_front() { # label
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
       ;;
+    sglang-cache-aware-tuned)
+      # The shared script passes no extra flags: launch the same gateway with the thresholds.
+      # shellcheck disable=SC2046,SC2086
+      "$SGLANG_DIR/venv/bin/python" -m sglang_router.launch_router --host 127.0.0.1 \
+        --port "$FRONT_PORT" --prometheus-port $((FRONT_PORT + 1000)) --policy cache_aware \
+        --log-level warn $SGLANG_TUNED_ARGS --worker-urls $(replica_urls) >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
     sglang-*)
       local policy=${label#sglang-}; policy=${policy//-/_}
       # shellcheck disable=SC2046
@@ -171,21 +200,34 @@ FLEET=(--fleet-replicas "$REPLICAS" --fleet-kv-blocks "$KV_BLOCKS" --fleet-block
 bench() { # label out-name args...
   local label=$1 name=$2; shift 2
   local cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite sim --label "$label" \
-    --seed "$SEED" "${FLEET[@]}" "${METRICS[@]}" --out "$RESULTS/$name.json" "$@")
+    --seed "$SEED" "${FLEET[@]}" "${METRICS[@]}" --out "$RESULTS/$name-s$SEED.json" "$@")
   echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands.txt"
   "${cmd[@]}"
 }
 
-for label in $SYSTEMS; do
+# How long a run lasts: DURATION, or REQUESTS with WARMUP left out.
+length() { # duration
+  if [ -n "$REQUESTS" ]; then echo "--requests $REQUESTS --warmup $WARMUP"; else echo "--duration $1"; fi
+}
+
+# The systems in an order of their own for each seed (reproducible: seeded by it).
+shuffled() { # seed systems...
+  local seed=$1; shift
+  printf '%s\n' "$@" | shuf --random-source=<(yes "$seed")
+}
+
+for SEED in $SEEDS; do
+for label in $(shuffled "$SEED" $SYSTEMS); do
   if ! have_system "$label"; then
     echo "!!!!! SKIPPING $label: $SGLANG_DIR/venv or $PEERS/sglang-router.sh is missing (bash $PEERS/sglang-router.sh install $SGLANG_DIR) !!!!!" >&2
     continue
   fi
-  say "$label: shared-prefix, closed loop"
+  say "$label: shared-prefix, closed loop (seed $SEED)"
   start_sim; start_front "$label"
+  # shellcheck disable=SC2046
   bench "$label" "$label-shared-prefix-closed" --workload shared-prefix --mode closed \
-    --concurrency "$CONCURRENCY" --duration "$DURATION"
-  say "$label: shared-prefix, open-loop sweep"
+    --concurrency "$CONCURRENCY" $(length "$DURATION")
+  say "$label: shared-prefix, open-loop sweep (seed $SEED)"
   for rate in $RATES; do
     # Cold caches at every point, so each point's hit rate is comparable with its oracle.
     start_sim; start_front "$label"
@@ -195,15 +237,28 @@ for label in $SYSTEMS; do
   stop_front
 done
 
-for label in $OTHER_SYSTEMS; do
+for label in $(shuffled "$SEED" $BINDING_SYSTEMS); do
+  have_system "$label" || continue
+  say "$label: shared-prefix where the cache binds (working set ${BINDING_WORKING_SET}x, zipf $BINDING_ZIPF, seed $SEED)"
+  start_sim; start_front "$label"
+  # shellcheck disable=SC2046
+  bench "$label" "$label-shared-prefix-binding-closed" --workload shared-prefix --mode closed \
+    --concurrency "$CONCURRENCY" --working-set "$BINDING_WORKING_SET" --zipf "$BINDING_ZIPF" \
+    $(length "$DURATION")
+  stop_front
+done
+
+for label in $(shuffled "$SEED" $OTHER_SYSTEMS); do
   have_system "$label" || continue
   for w in $OTHER_WORKLOADS; do
-    say "$label: $w, closed loop"
+    say "$label: $w, closed loop (seed $SEED)"
     start_sim; start_front "$label"
+    # shellcheck disable=SC2046
     bench "$label" "$label-$w-closed" --workload "$w" --mode closed --concurrency "$CONCURRENCY" \
-      --duration "$OTHER_DURATION"
+      $(length "$OTHER_DURATION")
   done
   stop_front
+done
 done
 stop_sim
 

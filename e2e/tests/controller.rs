@@ -403,7 +403,11 @@ async fn a_standby_takes_over_when_the_leader_dies_or_leaves() {
             .is_some_and(|v| v >= 1.0),
         "the standby's reconciles were skipped"
     );
-    assert_eq!(sb.admin_get("/readyz").await.map(|r| r.0), Some(200));
+    // Ready once its caches have listed, which on a busy machine can come after the leader's.
+    wait_for("the standby ready", || async {
+        sb.admin_get("/readyz").await.filter(|r| r.0 == 200)
+    })
+    .await;
     let killed_at = Instant::now();
     leader.as_mut().expect("leader").child.kill();
     let (holder, _) = wait_for("the standby holds the lease", || async {

@@ -105,13 +105,18 @@ fn suite_about(suite: &str) -> Option<&'static str> {
 }
 
 /// Labels in the order the report lists them; others follow alphabetically.
-const ORDER: [&str; 6] = [
+const ORDER: [&str; 11] = [
     "warmpath-round-robin",
     "warmpath-least-load",
     "warmpath-prefix",
     "warmpath-predicted-ttft",
+    "warmpath-consistent-hash",
+    "warmpath-llm-d",
+    "warmpath-dynamo",
     "sglang-round-robin",
     "sglang-cache-aware",
+    "sglang-cache-aware-tuned",
+    "sglang-power-of-two",
 ];
 
 pub(crate) fn label_rank(label: &str) -> (usize, String) {
