@@ -74,7 +74,9 @@ pub struct RouterHandle {
     tables: TableReader,
     metrics: Arc<Metrics>,
     discovery: Arc<DiscoveryStatus>,
-    updates: Updates,
+    /// Held so that the publisher runs as long as the router does, with or without a source of
+    /// updates (static mode without a file watcher has none).
+    _updates: Updates,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -97,11 +99,6 @@ impl RouterHandle {
     /// Kubernetes discovery's progress (always synced in static mode).
     pub fn discovery(&self) -> &DiscoveryStatus {
         &self.discovery
-    }
-
-    /// Apply a new configuration as a file reload would.
-    pub fn apply(&self, config: Config) {
-        let _ = self.updates.send(Update::File(Box::new(config)));
     }
 
     /// Stop accepting, let open connections finish (up to the drain time), stop background work.
@@ -227,7 +224,7 @@ pub async fn start_with(
         tables,
         metrics,
         discovery,
-        updates,
+        _updates: updates,
         shutdown,
         tasks,
     })

@@ -97,30 +97,29 @@ impl Publisher {
         self.registry.view()
     }
 
-    /// Apply one update and publish the resulting table. Returns whether anything changed.
-    pub fn apply(&mut self, update: Update) -> bool {
+    /// Apply one update and publish the resulting table. (The Kubernetes source sends a pool list
+    /// only when it changed, so every update here is a change.)
+    pub fn apply(&mut self, update: Update) {
         match update {
             Update::File(config) => self.file = Some(*config),
             Update::Discovered { pools, applied } => {
-                let changed = self.discovered != pools;
                 self.discovered = pools;
-                let installed = changed && self.install_merged();
+                self.install_merged();
                 if let Some(tx) = applied {
                     let _ = tx.send(());
                 }
-                return installed;
+                return;
             }
         }
-        self.install_merged()
+        self.install_merged();
     }
 
-    fn install_merged(&mut self) -> bool {
+    fn install_merged(&mut self) {
         let Some(mut config) = self.file.clone() else {
-            return false;
+            return;
         };
         config.pools.extend(self.discovered.iter().cloned());
         self.install(config);
-        true
     }
 
     /// Sync replicas, prune the index, start and stop scrapers, then publish the table.
@@ -154,7 +153,7 @@ impl Publisher {
         loop {
             tokio::select! {
                 update = updates.recv() => match update {
-                    Some(u) => { self.apply(u); }
+                    Some(u) => self.apply(u),
                     None => break,
                 },
                 _ = shutdown.changed() => break,
