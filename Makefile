@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-datapath bench-routing
+.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-sensitivity bench-datapath bench-routing
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -38,15 +38,16 @@ fmt:
 bench:
 	bash bench/compare.sh
 
-## The long version (about 80 minutes on 2 cores): 5 seeds per point, every system including the
-## peers' algorithms on warmpath's data path and the SGLang gateway tuned and with power_of_two,
-## fixed request counts with a warm-up left out, and a section where the cache binds.
+## The long version, the whole report from one commit (about 100 minutes on 2 cores; see
+## bench/full.sh): the SGLang gateway tuned on held-out seeds, 5 scored seeds per point, every
+## system including the peers' algorithms, a section where the cache binds, the idle plumbing,
+## the sensitivity runs and a mixed fleet, three real vLLM engines, guidellm.
 bench-full:
-	SEEDS="1 2 3 4 5" REQUESTS=1500 WARMUP=200 \
-	SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-round-robin sglang-cache-aware sglang-cache-aware-tuned sglang-power-of-two" \
-	BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-cache-aware sglang-cache-aware-tuned" \
-	OTHER_SYSTEMS="warmpath-round-robin warmpath-prefix warmpath-predicted-ttft warmpath-llm-d warmpath-dynamo sglang-cache-aware sglang-cache-aware-tuned" \
-	bash bench/compare.sh
+	bash bench/full.sh
+
+## The sensitivity runs alone (about 25 minutes).
+bench-sensitivity:
+	bash bench/sensitivity.sh
 
 ## Data-path comparison only (needs nginx-light, wrk, sglang-router).
 bench-datapath:

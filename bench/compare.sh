@@ -24,6 +24,13 @@
 # side with warmpath-POLICY); for the data-path suite
 # DATAPATH_DURATION, DATAPATH_ROUNDS, DATAPATH_LAT_DURATION, DATAPATH_PROFILE (default: the
 # release build this script already made, which is the shipping build: fat LTO, see Cargo.toml).
+# For the sensitivity runs (bench/sensitivity.sh sets them): SUITE (results of another suite
+# are named after it and added to RESULTS, which is then not emptied), STEP_OVERHEAD_MS (a fixed
+# cost of every engine step), DECODE_BASE_MS, REPLICA_SPEEDS (comma-separated, a mixed fleet),
+# SIM_TOKENIZER (a tokenizer.json for the simulator), TEXT (words|natural),
+# ORACLE_BYTES_PER_TOKEN, SCRAPE_INTERVAL_MS (how often warmpath reads engine metrics),
+# SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
+# OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 #
 # The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
 # shared cores: closed loop 10 s, open-loop points 8 s (each point's first second or two is the
@@ -52,6 +59,14 @@ KV_BLOCKS=${KV_BLOCKS:-512}
 BLOCK_SIZE=16
 PREFILL_US=${PREFILL_US:-100}
 SEED=${SEED:-1}
+SUITE=${SUITE:-sim}
+STEP_OVERHEAD_MS=${STEP_OVERHEAD_MS:-0}
+DECODE_BASE_MS=${DECODE_BASE_MS:-5}
+REPLICA_SPEEDS=${REPLICA_SPEEDS:-}
+SIM_TOKENIZER=${SIM_TOKENIZER:-}
+TEXT=${TEXT:-words}
+ORACLE_BYTES_PER_TOKEN=${ORACLE_BYTES_PER_TOKEN:-4}
+SCRAPE_INTERVAL_MS=${SCRAPE_INTERVAL_MS:-}
 # Seeds: every point is run once per seed (the report gives medians and bootstrap intervals over
 # them; one seed gives no interval). The systems run in a different shuffled order per seed.
 SEEDS=${SEEDS:-$SEED}
@@ -59,6 +74,8 @@ SEEDS=${SEEDS:-$SEED}
 # instead of a duration, so every system answers the same requests.
 REQUESTS=${REQUESTS:-}
 WARMUP=${WARMUP:-0}
+OTHER_REQUESTS=${OTHER_REQUESTS:-$REQUESTS}
+OTHER_WARMUP=${OTHER_WARMUP:-$WARMUP}
 # A section where the cache binds: shared-prefix with its distinct prefixes sized at
 # BINDING_WORKING_SET × the fleet's KV cache and Zipf(BINDING_ZIPF) popularity, for the
 # BINDING_SYSTEMS (none by default; make bench-full sets them).
@@ -76,11 +93,29 @@ PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
 OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-neighbour"}
 OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft sglang-cache-aware"}
+SWEEP_SYSTEMS=${SWEEP_SYSTEMS:-$SYSTEMS}
+# The plumbing alone: one request at a time, short prompts, no sharing, each system and the
+# engine reached directly (`direct`), so that what a router or gateway adds to an idle request's
+# TTFT stands on its own line (suite sim-idle). Empty by default; make bench-full sets it.
+IDLE_SYSTEMS=${IDLE_SYSTEMS:-}
+IDLE_REQUESTS=${IDLE_REQUESTS:-200}
+# Results of the main suite keep their historical names; another suite's carry its name.
+if [ "$SUITE" = sim ]; then NAME_PREFIX=""; else NAME_PREFIX="$SUITE-"; fi
 
 if [ "$PROFILE" = release ]; then BIN=target/release; BUILD=(--release); else BIN=target/debug; BUILD=(); fi
 # BIN_DIR: binaries built elsewhere (warmpath-sim, -router, -bench), measured as they are.
 [ -n "${BIN_DIR:-}" ] && BIN=$BIN_DIR
 say() { printf '\n== %s\n' "$*" >&2; }
+
+# How long a run lasts: DURATION, or REQUESTS with WARMUP left out.
+length() { # duration [requests warmup]
+  local n=${2:-$REQUESTS} w=${3:-$WARMUP}
+  if [ -n "$n" ]; then echo "--requests $n --warmup $w"; else echo "--duration $1"; fi
+}
+length_text() {
+  if [ -n "$REQUESTS" ]; then echo "$REQUESTS requests per run, the first $WARMUP left out (other workloads: ${OTHER_REQUESTS:-?}, ${OTHER_WARMUP:-?})"; else echo "$DURATION per run"; fi
+}
+
 
 if [ -z "${BIN_DIR:-}" ]; then
   say "building warmpath-sim, warmpath-router, warmpath-bench ($PROFILE)"
@@ -88,7 +123,11 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/commands.txt
+if [ "$SUITE" = sim ]; then
+  rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
+else
+  rm -f "$RESULTS/$SUITE"-*.json
+fi
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -98,6 +137,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+SIM_FLAGS=(--prefill-us-per-token "$PREFILL_US" --decode-base-ms "$DECODE_BASE_MS" --step-overhead-ms "$STEP_OVERHEAD_MS")
+[ -n "$REPLICA_SPEEDS" ] && SIM_FLAGS+=(--replica-speeds "$REPLICA_SPEEDS")
+[ -n "$SIM_TOKENIZER" ] && SIM_FLAGS+=(--tokenizer "$SIM_TOKENIZER")
+FLEET_LINE="warmpath-sim, $REPLICAS replicas × $KV_BLOCKS KV blocks × $BLOCK_SIZE tokens, ${SIM_FLAGS[*]}, other costs default; workload text: $TEXT${SCRAPE_INTERVAL_MS:+; warmpath scrapes every $SCRAPE_INTERVAL_MS ms}"
+if [ "$SUITE" != sim ]; then
+  echo "suite $SUITE: $FLEET_LINE; $(length_text)" >> "$RESULTS/machine.txt"
+else
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
@@ -106,10 +152,11 @@ trap cleanup EXIT
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
   echo "rustc: $(rustc --version)"
   echo "sglang-router: $("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print $2}' || echo absent)"
-  echo "fleet: warmpath-sim, $REPLICAS replicas × $KV_BLOCKS KV blocks × $BLOCK_SIZE tokens, prefill ${PREFILL_US} µs per uncached token, other costs default"
-  echo "load: closed loop $CONCURRENCY in flight for $DURATION; open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
+  echo "fleet: $FLEET_LINE"
+  echo "load: closed loop $CONCURRENCY in flight, $(length_text); open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
   echo "note: load generator, router or gateway, and all simulated replicas share these cores"
 } > "$RESULTS/machine.txt"
+fi
 
 wait_http() { # URL, seconds
   local url=$1 deadline=$((SECONDS + $2))
@@ -124,7 +171,7 @@ FRONT_PID=""
 start_sim() {
   stop_sim
   "$BIN/warmpath-sim" --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --kv-blocks "$KV_BLOCKS" \
-    --block-size "$BLOCK_SIZE" --prefill-us-per-token "$PREFILL_US" --max-model-len 8192 \
+    --block-size "$BLOCK_SIZE" "${SIM_FLAGS[@]}" --max-model-len 8192 \
     >"$WORK/sim.log" 2>&1 &
   SIM_PID=$!; PIDS+=("$SIM_PID")
   for i in $(seq 0 $((REPLICAS - 1))); do wait_http "http://127.0.0.1:$((SIM_PORT + i))/health" 20; done
@@ -138,10 +185,16 @@ stop_front() {
 
 replica_urls() { for i in $(seq 0 $((REPLICAS - 1))); do echo "http://127.0.0.1:$((SIM_PORT + i))"; done; }
 
+FRONT_URL="http://127.0.0.1:$FRONT_PORT"
 start_front() { # label
   local label=$1
   stop_front
+  FRONT_URL="http://127.0.0.1:$FRONT_PORT"
   case $label in
+    direct)
+      # No router: the first replica itself.
+      FRONT_URL="http://127.0.0.1:$SIM_PORT"
+      ;;
     warmpath-*|baseline-*)
       local policy=${label#*-}; policy=${policy//-/_}
       local router_bin="$BIN/warmpath-router"
@@ -158,8 +211,13 @@ start_front() { # label
         for u in $(replica_urls); do echo "      - { name: sim-$i, url: \"$u\" }"; i=$((i + 1)); done
         echo "scheduling:"
         echo "  policy: $policy"
+        if [ -n "$SCRAPE_INTERVAL_MS" ]; then
+          echo "scrape:"
+          echo "  interval_ms: $SCRAPE_INTERVAL_MS"
+          echo "  stale_after_ms: $((SCRAPE_INTERVAL_MS * 4 > 1000 ? SCRAPE_INTERVAL_MS * 4 : 1000))"
+        fi
       } > "$cfg"
-      cp "$cfg" "$RESULTS/router-$policy.yaml"
+      [ "$SUITE" = sim ] && cp "$cfg" "$RESULTS/router-$policy.yaml"
       "$router_bin" --config "$cfg" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
@@ -188,6 +246,7 @@ start_front() { # label
 have_system() { # label
   case $1 in
     baseline-*) [ -x "${BASELINE_ROUTER:-}" ] ;;
+    direct) true ;;
     sglang-*) [ -x "$SGLANG_DIR/venv/bin/python" ] && [ -f "$PEERS/sglang-router.sh" ] ;;
     *) true ;;
   esac
@@ -199,15 +258,11 @@ FLEET=(--fleet-replicas "$REPLICAS" --fleet-kv-blocks "$KV_BLOCKS" --fleet-block
 
 bench() { # label out-name args...
   local label=$1 name=$2; shift 2
-  local cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite sim --label "$label" \
-    --seed "$SEED" "${FLEET[@]}" "${METRICS[@]}" --out "$RESULTS/$name-s$SEED.json" "$@")
+  local cmd=("$BIN/warmpath-bench" run --url "$FRONT_URL" --suite "$SUITE" --label "$label" \
+    --seed "$SEED" "${FLEET[@]}" "${METRICS[@]}" --text "$TEXT" --oracle-bytes-per-token "$ORACLE_BYTES_PER_TOKEN" \
+    --out "$RESULTS/$NAME_PREFIX$name-s$SEED.json" "$@")
   echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands.txt"
   "${cmd[@]}"
-}
-
-# How long a run lasts: DURATION, or REQUESTS with WARMUP left out.
-length() { # duration
-  if [ -n "$REQUESTS" ]; then echo "--requests $REQUESTS --warmup $WARMUP"; else echo "--duration $1"; fi
 }
 
 # The systems in an order of their own for each seed (reproducible: seeded by it).
@@ -227,6 +282,7 @@ for label in $(shuffled "$SEED" $SYSTEMS); do
   # shellcheck disable=SC2046
   bench "$label" "$label-shared-prefix-closed" --workload shared-prefix --mode closed \
     --concurrency "$CONCURRENCY" $(length "$DURATION")
+  case " $SWEEP_SYSTEMS " in *" $label "*) ;; *) stop_front; continue ;; esac
   say "$label: shared-prefix, open-loop sweep (seed $SEED)"
   for rate in $RATES; do
     # Cold caches at every point, so each point's hit rate is comparable with its oracle.
@@ -255,14 +311,26 @@ for label in $(shuffled "$SEED" $OTHER_SYSTEMS); do
     start_sim; start_front "$label"
     # shellcheck disable=SC2046
     bench "$label" "$label-$w-closed" --workload "$w" --mode closed --concurrency "$CONCURRENCY" \
-      $(length "$OTHER_DURATION")
+      $(length "$OTHER_DURATION" "$OTHER_REQUESTS" "$OTHER_WARMUP")
   done
   stop_front
 done
+
+if [ -n "$IDLE_SYSTEMS" ]; then
+  for label in $(shuffled "$SEED" direct $IDLE_SYSTEMS); do
+    have_system "$label" || continue
+    say "$label: idle TTFT, one request at a time (seed $SEED)"
+    start_sim; start_front "$label"
+    SUITE=sim-idle NAME_PREFIX=sim-idle- bench "$label" "$label" --workload no-sharing \
+      --prompt-tokens 128 --output-tokens 8 --mode closed --concurrency 1 \
+      --requests "$IDLE_REQUESTS" --warmup 20
+    stop_front
+  done
+fi
 done
 stop_sim
 
-if [ -z "${SKIP_DATAPATH:-}" ] && [ -f bench/datapath.sh ]; then
+if [ -z "${SKIP_DATAPATH:-}" ] && [ "$SUITE" = sim ] && [ -f bench/datapath.sh ]; then
   say "data-path suite (bench/datapath.sh)"
   echo "DURATION=$DATAPATH_DURATION ROUNDS=$DATAPATH_ROUNDS LAT_DURATION=$DATAPATH_LAT_DURATION PROFILE=$DATAPATH_PROFILE bash bench/datapath.sh" >> "$RESULTS/commands.txt"
   DURATION="$DATAPATH_DURATION" ROUNDS="$DATAPATH_ROUNDS" LAT_DURATION="$DATAPATH_LAT_DURATION" \
@@ -270,7 +338,10 @@ if [ -z "${SKIP_DATAPATH:-}" ] && [ -f bench/datapath.sh ]; then
     OUT="$(cd "$RESULTS" && pwd)/datapath.json" bash bench/datapath.sh || echo "!!!!! bench/datapath.sh failed; its section is missing from the report !!!!!" >&2
 fi
 
-say "report"
-echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
-"$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
-echo "wrote $REPORT and $RESULTS/" >&2
+# SKIP_REPORT=1: the caller (bench/sensitivity.sh, bench/full.sh) writes one report at the end.
+if [ -z "${SKIP_REPORT:-}" ]; then
+  say "report"
+  echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
+  "$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+  echo "wrote $REPORT and $RESULTS/" >&2
+fi

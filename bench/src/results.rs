@@ -10,6 +10,7 @@ use crate::metrics::FleetCache;
 use crate::oracle::OracleResult;
 use crate::provenance::Provenance;
 use crate::stats::{cdf_points, Summary};
+use crate::text::TextStyle;
 use crate::workload::{Burst, Fleet, WorkloadSpec};
 
 /// The schema this build writes. 2 added the warm-up, the throughput window, the three oracles'
@@ -64,6 +65,9 @@ pub struct RunConfig {
     /// Bytes of workload text per engine token the oracles assumed (absent in schema 1).
     #[serde(default)]
     pub oracle_bytes_per_token: Option<f64>,
+    /// How the workload's filler text read (absent before `--text` existed: words).
+    #[serde(default, skip_serializing_if = "TextStyle::is_words")]
+    pub text: TextStyle,
 }
 
 /// Request counts. `ok` and `errors` are of the counted requests (after the warm-up); the

@@ -112,6 +112,7 @@ struct Replica {
     inflight: u32,
     inflight_tokens: u64,
     pending_prefill: u64,
+    inflight_uncached: u64,
     model: TtftModel,
 }
 
@@ -276,6 +277,7 @@ fn run(scenario: Scenario) -> Outcome {
             inflight: 0,
             inflight_tokens: 0,
             pending_prefill: 0,
+            inflight_uncached: 0,
             model: TtftModel::default(),
         })
         .collect();
@@ -366,6 +368,7 @@ fn run(scenario: Scenario) -> Outcome {
                         engine: engine_metrics.then(|| r.engine_load(&reqs, cache_tokens)),
                         matched_blocks: matched[i],
                         pending_prefill_tokens: r.pending_prefill,
+                        inflight_uncached_tokens: r.inflight_uncached,
                         ttft: &r.model,
                     })
                     .collect();
@@ -393,6 +396,7 @@ fn run(scenario: Scenario) -> Outcome {
                 rep.inflight += 1;
                 rep.inflight_tokens += u64::from(request.prompt_tokens) + 32;
                 rep.pending_prefill += u64::from(uncached);
+                rep.inflight_uncached += u64::from(uncached);
                 rep.queue.push_back(id);
                 if let Some((at, req)) = start(
                     r,
@@ -438,6 +442,7 @@ fn run(scenario: Scenario) -> Outcome {
                 rep.running.retain(|&x| x != req);
                 rep.inflight_tokens -=
                     u64::from(r.prompt.prefix_tokens + r.prompt.tail_tokens) + 32;
+                rep.inflight_uncached -= r.est_uncached;
                 if let Load::Closed { .. } = load {
                     push(&mut events, now, Kind::Arrival);
                 }

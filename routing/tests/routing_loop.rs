@@ -61,6 +61,7 @@ impl Router {
                 engine: None,
                 matched_blocks: self.matched[i],
                 pending_prefill_tokens: 0,
+                inflight_uncached_tokens: 0,
                 ttft: &self.models[i],
             })
             .collect();

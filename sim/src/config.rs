@@ -7,7 +7,7 @@
 //!              [--kv-blocks 8192] [--block-size 16] [--max-model-len 4096]
 //!              [--max-num-seqs 256] [--max-num-batched-tokens 2048] [--default-max-tokens 16]
 //!              [--timing default|zero] [--prefill-us-per-token 20] [--decode-base-ms 5]
-//!              [--decode-per-seq-ms 0.05] [--kv-transfer-ms-per-block 0.2]
+//!              [--decode-per-seq-ms 0.05] [--step-overhead-ms 0] [--kv-transfer-ms-per-block 0.2]
 //!              [--speed 1.0] [--replica-speeds 1,1,0.5,...]
 //!              [--tokenizer tokenizer.json] [--chat-template FILE]
 //!              [--error-rate 0.0] [--fault hang|slow-stream|drop-mid-stream|refuse|unhealthy]...
@@ -18,7 +18,9 @@
 //! what a router can see, not a performance claim): prefill 20 µs per uncached prompt token
 //! (50k tokens/s), a decode step of 5 ms plus 0.05 ms per running sequence, a step budget of
 //! 2,048 tokens (vLLM's `max_num_batched_tokens`), 256 running sequences at most, and 0.2 ms per
-//! block pulled from a prefill replica. `--speed 2` makes a replica twice as fast;
+//! block pulled from a prefill replica. `--step-overhead-ms` adds a fixed cost to every step that
+//! does any work, prefill-only steps included (the engine's scheduling, sampling and kernel
+//! launches, a few milliseconds per step on real servers; 0 by default). `--speed 2` makes a replica twice as fast;
 //! `--replica-speeds` sets it per replica (a mixed fleet). `--timing zero` sets every cost to 0.
 
 use std::net::SocketAddr;
@@ -34,6 +36,8 @@ pub struct Timing {
     pub prefill_per_token: f64,
     pub decode_base: f64,
     pub decode_per_seq: f64,
+    /// Fixed cost of every step that computes anything.
+    pub step_overhead: f64,
     pub transfer_per_block: f64,
 }
 
@@ -42,6 +46,7 @@ impl Timing {
         prefill_per_token: 0.0,
         decode_base: 0.0,
         decode_per_seq: 0.0,
+        step_overhead: 0.0,
         transfer_per_block: 0.0,
     };
 
@@ -52,6 +57,7 @@ impl Timing {
             prefill_per_token: self.prefill_per_token * s,
             decode_base: self.decode_base * s,
             decode_per_seq: self.decode_per_seq * s,
+            step_overhead: self.step_overhead * s,
             transfer_per_block: self.transfer_per_block * s,
         }
     }
@@ -67,6 +73,7 @@ impl Default for Timing {
             prefill_per_token: 20e-6,
             decode_base: 5e-3,
             decode_per_seq: 0.05e-3,
+            step_overhead: 0.0,
             transfer_per_block: 0.2e-3,
         }
     }
@@ -177,6 +184,9 @@ pub struct Cli {
     /// Added decode step cost per running sequence, milliseconds.
     #[arg(long, default_value_t = 0.05)]
     pub decode_per_seq_ms: f64,
+    /// Fixed cost of every step that computes anything (prefill-only steps too), milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub step_overhead_ms: f64,
     /// Cost of pulling one KV block from a prefill replica (P/D), milliseconds.
     #[arg(long, default_value_t = 0.2)]
     pub kv_transfer_ms_per_block: f64,
@@ -218,6 +228,7 @@ impl Cli {
             prefill_per_token: self.prefill_us_per_token * 1e-6,
             decode_base: self.decode_base_ms * 1e-3,
             decode_per_seq: self.decode_per_seq_ms * 1e-3,
+            step_overhead: self.step_overhead_ms * 1e-3,
             transfer_per_block: self.kv_transfer_ms_per_block * 1e-3,
         };
         base.scaled(self.replica_speeds.get(i).copied().unwrap_or(self.speed))
@@ -281,6 +292,7 @@ impl Cli {
             self.prefill_us_per_token,
             self.decode_base_ms,
             self.decode_per_seq_ms,
+            self.step_overhead_ms,
             self.kv_transfer_ms_per_block,
         ];
         if costs.iter().any(|c| !c.is_finite() || *c < 0.0) {

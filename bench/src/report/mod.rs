@@ -86,7 +86,7 @@ impl Loaded {
 }
 
 /// Suites in the order the report lists them; others follow alphabetically.
-const SUITE_ORDER: [&str; 3] = ["sim", "vllm-cpu", "independent"];
+const SUITE_ORDER: [&str; 4] = ["sim", "sim-idle", "vllm-cpu", "independent"];
 
 /// What a known suite is, said once above its tables.
 fn suite_about(suite: &str) -> Option<&'static str> {
@@ -100,12 +100,23 @@ fn suite_about(suite: &str) -> Option<&'static str> {
                        The oracle is approximate: the engine's tokenizer is not the simulator's, so its blocks are \
                        scaled by the measured bytes per token.",
         "independent" => "`bench/independent.sh`: warmpath-bench's own runs for the comparison with guidellm below.",
+        "sim-idle" => "`bench/compare.sh` (`IDLE_SYSTEMS`): the plumbing alone. One request at a time, 128-token \
+                       prompts that share nothing, 8 tokens out, against the same simulated fleet and against its \
+                       first replica directly (`direct`): the TTFT a router or gateway adds to an idle request, \
+                       apart from anything routing decides.",
+        "sim-mixed-fleet" => "`bench/sensitivity.sh`: the `sim` fleet with two accelerator generations, half the \
+                              replicas 2.5× as fast as the others (`--replica-speeds`): where `predicted_ttft` \
+                              should beat scoring by cache and load alone.",
+        s if s.starts_with("sim-") => "`bench/sensitivity.sh`: the `sim` fleet and the cache-binding workload with one \
+                                       thing changed, as the suite's name says (the exact simulator flags are in the \
+                                       Machine section): does the ordering of the systems hold?",
         _ => return None,
     })
 }
 
 /// Labels in the order the report lists them; others follow alphabetically.
-const ORDER: [&str; 11] = [
+const ORDER: [&str; 12] = [
+    "direct",
     "warmpath-round-robin",
     "warmpath-least-load",
     "warmpath-prefix",

@@ -144,6 +144,7 @@ fn point_key(r: &Loaded) -> String {
         "warmup": c.warmup,
         "fleet": c.fleet,
         "model": c.model,
+        "text": c.text,
         "commit": r.commit(),
     })
     .to_string()

@@ -89,6 +89,7 @@ pub fn choose(
                 engine: c.replica.engine_load(now, table.stale_after),
                 matched_blocks,
                 pending_prefill_tokens: c.replica.pending_prefill_tokens(),
+                inflight_uncached_tokens: c.replica.inflight_uncached_tokens(),
                 ttft,
             })
             .collect();
@@ -111,6 +112,7 @@ pub fn choose(
     let inflight = InflightGuard::new(
         candidate.replica.clone(),
         prompt_tokens as u64 + max_tokens as u64,
+        u64::from(uncached_tokens),
     );
     let prefill = PrefillGuard::new(candidate.replica.clone(), u64::from(uncached_tokens));
     Ok(Routed {

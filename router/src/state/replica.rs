@@ -40,6 +40,8 @@ pub struct ReplicaState {
     inflight_tokens: AtomicU64,
     /// Uncached prompt tokens of in-flight requests that have no first token yet.
     pending_prefill: AtomicU64,
+    /// Uncached prompt tokens of in-flight requests, until their responses end.
+    inflight_uncached: AtomicU64,
     engine: Mutex<Option<(EngineLoad, Instant)>>,
     pub health: Health,
     pub ttft: Mutex<TtftModel>,
@@ -68,6 +70,7 @@ impl ReplicaState {
             inflight_requests: AtomicU32::new(0),
             inflight_tokens: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
+            inflight_uncached: AtomicU64::new(0),
             engine: Mutex::new(None),
             health: Health::default(),
             ttft: Mutex::new(TtftModel::new(prior)),
@@ -87,6 +90,10 @@ impl ReplicaState {
 
     pub fn pending_prefill_tokens(&self) -> u64 {
         self.pending_prefill.load(Ordering::Relaxed)
+    }
+
+    pub fn inflight_uncached_tokens(&self) -> u64 {
+        self.inflight_uncached.load(Ordering::Relaxed)
     }
 
     /// Engine load from the last scrape, or `None` when it is older than `stale_after`.
@@ -130,13 +137,23 @@ impl ReplicaState {
 pub struct InflightGuard {
     replica: Arc<ReplicaState>,
     tokens: u64,
+    uncached: u64,
 }
 
 impl InflightGuard {
-    pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+    /// `tokens`: prompt plus expected output; `uncached`: the prompt tokens the replica's cache
+    /// did not hold when the request was sent.
+    pub fn new(replica: Arc<ReplicaState>, tokens: u64, uncached: u64) -> Self {
         replica.inflight_requests.fetch_add(1, Ordering::Relaxed);
         replica.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
-        Self { replica, tokens }
+        replica
+            .inflight_uncached
+            .fetch_add(uncached, Ordering::Relaxed);
+        Self {
+            replica,
+            tokens,
+            uncached,
+        }
     }
 
     pub fn replica(&self) -> &Arc<ReplicaState> {
@@ -152,6 +169,9 @@ impl Drop for InflightGuard {
         self.replica
             .inflight_tokens
             .fetch_sub(self.tokens, Ordering::Relaxed);
+        self.replica
+            .inflight_uncached
+            .fetch_sub(self.uncached, Ordering::Relaxed);
     }
 }
 
@@ -292,22 +312,29 @@ mod tests {
             http::uri::Authority::from_static("127.0.0.1:1"),
             TtftPrior::default(),
         ));
-        let a = InflightGuard::new(replica.clone(), 300);
+        let a = InflightGuard::new(replica.clone(), 300, 100);
         let a_prefill = PrefillGuard::new(replica.clone(), 100);
-        let b = InflightGuard::new(replica.clone(), 50);
+        let b = InflightGuard::new(replica.clone(), 50, 20);
         let b_prefill = PrefillGuard::new(replica.clone(), 20);
         assert_eq!(replica.pending_prefill_tokens(), 120);
         drop(a_prefill);
+        // The uncached tokens stay counted until the response ends, not the first token.
+        assert_eq!(replica.inflight_uncached_tokens(), 120);
         assert_eq!(replica.pending_prefill_tokens(), 20);
         assert_eq!(replica.inflight_requests(), 2);
         drop(b);
         drop(b_prefill);
         assert_eq!(replica.pending_prefill_tokens(), 0);
         assert_eq!(replica.inflight_tokens(), 300);
+        assert_eq!(replica.inflight_uncached_tokens(), 100);
         drop(a);
         assert_eq!(
-            (replica.inflight_requests(), replica.inflight_tokens()),
-            (0, 0)
+            (
+                replica.inflight_requests(),
+                replica.inflight_tokens(),
+                replica.inflight_uncached_tokens()
+            ),
+            (0, 0, 0)
         );
     }
 }

@@ -159,6 +159,7 @@ impl Fleet {
                 engine: self.engine[i],
                 matched_blocks: self.matched[i],
                 pending_prefill_tokens: u64::from(self.inflight[i]) * 1024,
+                inflight_uncached_tokens: u64::from(self.inflight[i]) * 1024,
                 ttft: &self.models[i],
             })
             .collect();

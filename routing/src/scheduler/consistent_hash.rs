@@ -182,6 +182,7 @@ mod tests {
                 engine: None,
                 matched_blocks: 0,
                 pending_prefill_tokens: 0,
+                inflight_uncached_tokens: 0,
                 ttft: m,
             })
             .collect()

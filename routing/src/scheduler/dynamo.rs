@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cost = overlap_score_weight × (pending prefill tokens + uncached prompt tokens) / tokens per block
-//!      + active blocks on the replica
+//!      + (active uncached tokens on the replica + uncached prompt tokens) / tokens per block
 //! ```
 //!
 //! What was read, in `ai-dynamo/dynamo`:
@@ -38,14 +38,14 @@
 //! Where this differs, and why:
 //! - Pending prefill is the view's `pending_prefill_tokens` (this router's uncached prompt
 //!   tokens not yet past their first token), Dynamo's active prefill tokens by another name.
-//! - Active blocks are estimated from the view's `inflight_tokens / tokens_per_block`: the
-//!   router counts each live request's prompt *and* its max output tokens, and counts a prefix
-//!   shared by several live requests once per request. Dynamo counts prompt blocks only and
-//!   shared blocks once, so this term is larger here, most of all where many live requests
-//!   share a long prefix: this version spreads such a prefix sooner than Dynamo would.
-//! - The request's own not-yet-active blocks (`potential_decode_blocks`'s second part) are left
-//!   out: the view cannot tell which matched blocks belong to live requests, and without
-//!   sharing the term is the same on every replica, which does not change the argmin.
+//! - Active blocks are the view's `inflight_uncached_tokens / tokens_per_block`: each live
+//!   request counts the prompt tokens the replica did not hold when it was sent, so a prefix
+//!   shared by live requests counts once (its first request paid for it) and output blocks not
+//!   at all, as in Dynamo's defaults. Where a live request reused blocks that no live request
+//!   held (cached, idle), Dynamo counts them as active again and this version does not.
+//! - The request's own blocks not already on the replica (`potential_decode_blocks`'s second
+//!   part) are its uncached tokens over the block size: the index's match stands for "shared
+//!   with an active sequence", which it approximates.
 //! - Blocks are warmpath's (the router's `index.block_bytes` on the canonical prompt) and the
 //!   overlap is warmpath's prefix index, where Dynamo uses engine-token blocks and KV events.
 //! - Ties within a relative 1e-9 (float noise), broken by the seeded tie-break.
@@ -55,12 +55,13 @@ use super::tiebreak::{Best, TieBreak};
 use super::view::{ReplicaView, RequestView};
 use super::weighted::weight;
 
-/// The cost of choosing `c`, in blocks: (prefill blocks, active blocks), before weighting.
+/// The cost of choosing `c`, in blocks: (prefill blocks, decode blocks), before weighting.
 pub(super) fn blocks(request: &RequestView, c: &ReplicaView<'_>) -> (f64, f64) {
     let tpb = f64::from(request.tokens_per_block.max(1));
-    let prefill =
-        c.pending_prefill_tokens as f64 + f64::from(request.uncached_tokens(c.matched_blocks));
-    (prefill / tpb, c.inflight_tokens as f64 / tpb)
+    let uncached = f64::from(request.uncached_tokens(c.matched_blocks));
+    let prefill = c.pending_prefill_tokens as f64 + uncached;
+    let decode = c.inflight_uncached_tokens as f64 + uncached;
+    (prefill / tpb, decode / tpb)
 }
 
 /// The lowest cost; ties at random.
@@ -84,14 +85,16 @@ mod tests {
     use super::*;
     use crate::predict::TtftModel;
 
-    fn view(matched: u32, pending: u64, inflight_tokens: u64, m: &TtftModel) -> ReplicaView<'_> {
+    fn view(matched: u32, pending: u64, active: u64, m: &TtftModel) -> ReplicaView<'_> {
         ReplicaView {
             id: 0,
             inflight_requests: 0,
-            inflight_tokens,
+            // Not what this policy reads (prompt and output, shared prefixes once per request).
+            inflight_tokens: active * 10,
             engine: None,
             matched_blocks: matched,
             pending_prefill_tokens: pending,
+            inflight_uncached_tokens: active,
             ttft: m,
         }
     }
@@ -119,9 +122,9 @@ mod tests {
     #[test]
     fn cost_is_prefill_plus_active_blocks() {
         let m = TtftModel::default();
-        // 48 matched: 16 blocks to prefill, plus 320 pending tokens (20 blocks); 800 in-flight
-        // tokens are 50 active blocks.
-        assert_eq!(blocks(&req(), &view(48, 320, 800, &m)), (36.0, 50.0));
+        // 48 matched: 16 blocks to prefill, plus 320 pending tokens (20 blocks); 800 active
+        // tokens are 50 blocks, plus the request's own 16 new ones.
+        assert_eq!(blocks(&req(), &view(48, 320, 800, &m)), (36.0, 66.0));
         assert_eq!(blocks(&req(), &view(64, 0, 0, &m)), (0.0, 0.0));
         // More matched than the prompt has: nothing to prefill, never negative.
         assert_eq!(blocks(&req(), &view(500, 0, 0, &m)), (0.0, 0.0));
@@ -130,26 +133,39 @@ mod tests {
             blocks: 0,
             tokens_per_block: 0,
         };
-        assert_eq!(blocks(&odd, &view(0, 5, 7, &m)), (15.0, 7.0));
+        assert_eq!(blocks(&odd, &view(0, 5, 7, &m)), (15.0, 17.0));
     }
 
     #[test]
     fn the_warm_replica_wins_until_its_active_blocks_outweigh_the_prefill() {
         let m = TtftModel::default();
-        // Warm: 0 to prefill + 60 active = 60. Cold and idle: 64 to prefill = 64.
+        // Warm: nothing to prefill or add + 60 active = 60. Cold and idle: 64 blocks to prefill
+        // and 64 new ones to hold = 128.
         let warm = view(64, 0, 960, &m);
         let cold = view(0, 0, 0, &m);
         assert_eq!(pick(1.0, &[cold.clone(), warm.clone()], 1), 1);
-        // Warm with 70 active blocks: 70 > 64, the cold one.
-        let busy = view(64, 0, 1120, &m);
+        // Warm with 131 active blocks: 131 > 128, the cold one.
+        let busy = view(64, 0, 2100, &m);
         assert_eq!(pick(1.0, &[cold.clone(), busy.clone()], 1), 0);
-        // Weight 2 doubles the prefill side: 70 < 128, back to the warm one.
+        // Weight 2 doubles the prefill side: 131 < 192, back to the warm one.
         assert_eq!(pick(2.0, &[cold.clone(), busy.clone()], 1), 1);
-        // Weight 0: active blocks only.
+        // Weight 0: decode blocks only (131 against the cold one's 64).
         assert_eq!(pick(0.0, &[busy, cold], 1), 1);
-        // Pending prefill counts: the warm replica still prefilling 1200 tokens (75 blocks).
-        let prefilling = view(64, 1200, 0, &m);
+        // Pending prefill counts: the warm replica still prefilling 2400 tokens (150 blocks).
+        let prefilling = view(64, 2400, 0, &m);
         assert_eq!(pick(1.0, &[prefilling, view(0, 0, 0, &m)], 1), 1);
+    }
+
+    #[test]
+    fn a_prefix_shared_by_live_requests_counts_once() {
+        let m = TtftModel::default();
+        // Eight live requests on the warm replica shared a 60-block prefix: the first added 64
+        // blocks, the other seven 4 each (92 blocks), where counting each request's whole
+        // prompt would say 512 and send the ninth to the cold replica.
+        let warm = view(60, 0, (64 + 7 * 4) * 16, &m);
+        let cold = view(0, 0, 0, &m);
+        // Warm: 4 to prefill + 92 + 4 = 100 < cold's 128.
+        assert_eq!(pick(1.0, &[cold, warm], 1), 1);
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn view(
         engine,
         matched_blocks: matched,
         pending_prefill_tokens: 0,
+        inflight_uncached_tokens: u64::from(inflight) * 1000,
         ttft,
     }
 }
@@ -607,7 +608,8 @@ fn peer_policies_are_named_and_never_spill() {
             assert!(d.predicted_ttft_s.is_finite());
         }
     }
-    // Dynamo: warm costs 0 + 90 × 1000 / 16 active blocks, cold 2048 prefill blocks: cold.
+    // Dynamo: warm costs 0 + 90 × 1000 / 16 active blocks, cold 2048 prefill blocks and 2048
+    // new ones: cold.
     // llm-d: warm 3 + 0 (queue 30 is the max) + 2 × 0.4 = 3.8, cold 0 + 2 + 2 = 4: cold.
     for policy in [Policy::LlmD, Policy::Dynamo] {
         assert_eq!(
@@ -659,9 +661,9 @@ fn consistent_hash_keys_on_the_hashes_it_is_given() {
 fn peer_policies_follow_their_settings() {
     let m = TtftModel::default();
     let req = prompt(1024, 64);
-    // Warm with 70 active blocks against cold and idle (64 to prefill).
+    // Warm with 131 active blocks against cold and idle (64 to prefill, 64 new to hold).
     let mut busy = view(0, 1, None, 64, &m);
-    busy.inflight_tokens = 1120;
+    busy.inflight_uncached_tokens = 2100;
     let cold = view(1, 0, None, 0, &m);
     let dynamo = |w: f64| {
         Scheduler::new(SchedulerConfig {
@@ -775,6 +777,7 @@ proptest::proptest! {
                 engine: fresh.map(|_| EngineLoad { running, waiting, kv_cache_usage: kv }),
                 matched_blocks: matched,
                 pending_prefill_tokens: u64::from(inflight) * 50,
+                inflight_uncached_tokens: 0,
                 ttft: &m,
             })
             .collect();

@@ -30,6 +30,11 @@ pub struct ReplicaView<'a> {
     /// first token yet: prefill work queued ahead of a new request. A queue of cache hits is
     /// cheap and a queue of misses is not; counting requests alone cannot tell them apart.
     pub pending_prefill_tokens: u64,
+    /// Uncached prompt tokens of this router's requests on the replica, from dispatch to the end
+    /// of the response: the KV the live requests added to the replica's cache. A prefix shared
+    /// by live requests counts once (only the first paid it), which is how Dynamo counts its
+    /// active blocks.
+    pub inflight_uncached_tokens: u64,
     pub ttft: &'a TtftModel,
 }
 

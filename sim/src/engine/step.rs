@@ -206,6 +206,9 @@ impl Engine {
         if batch.decodes > 0 {
             dur += t.decode_base + t.decode_per_seq * self.running.len() as f64;
         }
+        if batch.decodes > 0 || batch.prefill_tokens > 0 {
+            dur += t.step_overhead;
+        }
         dur
     }
 

@@ -20,6 +20,7 @@ fn timing() -> Timing {
         prefill_per_token: 1e-3,
         decode_base: 10e-3,
         decode_per_seq: 1e-3,
+        step_overhead: 0.0,
         transfer_per_block: 0.5e-3,
     }
 }
@@ -135,6 +136,31 @@ fn chunked_prefill_respects_the_step_budget() {
     assert!((s1.end - 0.064).abs() < 1e-9);
     run(&mut e, s1.end);
     assert!((summary(&mut rx).ttft - 0.150).abs() < 1e-9);
+}
+
+#[test]
+fn the_step_overhead_is_paid_by_every_step_with_work_prefill_only_too() {
+    let mut e = Engine::new(
+        cfg(
+            256,
+            Timing {
+                step_overhead: 2e-3,
+                ..timing()
+            },
+        ),
+        Arc::new(Tokenizer::bytes()),
+        true,
+    );
+    let (r, mut rx) = req((0..150).collect(), 1);
+    e.submit(r, None, 0.0);
+    // A prefill-only step: 64 tokens at 1 ms plus the fixed 2 ms.
+    let s1 = e.step(0.0);
+    assert!((s1.end - 0.066).abs() < 1e-9);
+    run(&mut e, s1.end);
+    // Three prefill steps (64 + 64 + 22 tokens), each with its overhead.
+    assert!((summary(&mut rx).ttft - (0.150 + 3.0 * 0.002)).abs() < 1e-9);
+    // An idle engine pays nothing.
+    assert!(!e.step(1.0).busy);
 }
 
 #[test]

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# bench/full.sh — the whole report from one commit (`make bench-full`; about 100 minutes on two
+# cores, 11 GB of memory for the real engines).
+#
+# One build of the tree as committed (a dirty tree is refused unless ALLOW_DIRTY=1: results are
+# stamped with the commit, and a report must say what one version of the code does), then:
+#   1. bench/tune-sglang.sh     the SGLang gateway's thresholds, tuned on seeds 1-2
+#   2. bench/compare.sh         the main comparison on seeds 11-15: every system, the open-loop
+#                               sweep, the section where the cache binds, the other workloads,
+#                               the idle plumbing, the data-path suite
+#   3. bench/sensitivity.sh     the binding workload under other hardware assumptions, and a
+#                               mixed fleet
+#   4. bench/real-vllm.sh       three real vLLM engines (skipped, loudly, without vLLM)
+#   5. bench/independent.sh     warmpath-bench's figures against guidellm's on the same prompts
+# and one report (BENCHMARKS.md) over all of it. Warmpath's defaults were chosen on seeds 1-2
+# and on the default-sized workloads; seeds 11-15 are never used for tuning.
+#
+# PARTS (default: all five) runs a subset; the results folder keeps what earlier parts of the
+# same commit wrote. A run of all five starts from an empty results folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export RESULTS=${RESULTS:-bench/results}
+REPORT=${REPORT:-BENCHMARKS.md}
+PARTS=${PARTS:-"tune main sensitivity vllm independent"}
+SCORE_SEEDS=${SCORE_SEEDS:-"11 12 13 14 15"}
+
+if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . 2>/dev/null; then
+  echo "bench/full.sh: the tree has uncommitted changes; commit them (or ALLOW_DIRTY=1)" >&2
+  exit 2
+fi
+if [ -z "${BIN_DIR:-}" ]; then
+  cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+  export BIN_DIR=target/release
+fi
+export SKIP_REPORT=1
+mkdir -p "$RESULTS"
+if [ "$PARTS" = "tune main sensitivity vllm independent" ]; then
+  rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/sglang-tuned-args
+fi
+started=$SECONDS
+
+has() { case " $PARTS " in *" $1 "*) true ;; *) false ;; esac; }
+
+if has tune; then
+  bash bench/tune-sglang.sh
+fi
+if has main; then
+  tuned=$(cat "$RESULTS/sglang-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")
+  SGLANG_TUNED_ARGS=$tuned SEEDS=$SCORE_SEEDS REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 \
+    RATES="40 120" \
+    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-round-robin sglang-cache-aware sglang-cache-aware-tuned sglang-power-of-two" \
+    SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft sglang-cache-aware" \
+    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-cache-aware sglang-cache-aware-tuned" \
+    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft sglang-cache-aware sglang-cache-aware-tuned" \
+    IDLE_SYSTEMS="warmpath-prefix sglang-round-robin sglang-cache-aware" IDLE_REQUESTS=100 \
+    bash bench/compare.sh
+fi
+if has sensitivity; then
+  SEEDS=$SCORE_SEEDS bash bench/sensitivity.sh
+fi
+if has vllm; then
+  SEEDS=$SCORE_SEEDS bash bench/real-vllm.sh
+fi
+if has independent; then
+  bash bench/independent.sh
+fi
+
+echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
+"$BIN_DIR/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+echo "bench/full.sh: wrote $REPORT in $(((SECONDS - started) / 60)) minutes" >&2
