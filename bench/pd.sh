@@ -9,27 +9,30 @@
 #   pd-sglang            warmpath, the same pools, SGLang's bootstrap protocol
 #   sglang-pd            the SGLang gateway in its PD mode (--pd-disaggregation, cache_aware)
 #   sglang-unified       the SGLang gateway, cache_aware over all replicas
-# on two workloads, open loop at RATE requests/s (fixed request counts, a warm-up left out):
+# on three workloads, open loop at RATE requests/s (fixed request counts, a warm-up left out):
 #   long-prompts         no sharing, PROMPT_TOKENS-token prompts, 16 tokens out: prefill-heavy
-#   mixed                long documents with short questions (the long-doc workload), 64 out
+#   medium-prompts       no sharing, 384-token prompts, 64 tokens out: where a split may not pay
+#                        (pd-nixl-256 splits them, pd-nixl-1024 does not)
+#   mixed                long documents with short questions (the long-doc workload), 64 out:
+#                        a document's first request is split, its questions are cached
 # TTFT, inter-token latency p50/p99 and throughput per system, SEEDS seeds each, systems in a
-# seeded shuffled order, into RESULTS (suite `pd`). About 12 minutes on two cores.
+# seeded shuffled order, into RESULTS (suite `pd`). About 25 minutes on two cores with 5 seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
-SEEDS=${SEEDS:-"11 12 13"}
+SEEDS=${SEEDS:-"11 12 13 14 15"}
 REPLICAS=${REPLICAS:-8}
 KV_BLOCKS=${KV_BLOCKS:-512}
 PREFILL_US=${PREFILL_US:-100}
 RATE=${RATE:-12}
-REQUESTS=${REQUESTS:-240}
-WARMUP=${WARMUP:-40}
+REQUESTS=${REQUESTS:-160}
+WARMUP=${WARMUP:-30}
 PROMPT_TOKENS=${PROMPT_TOKENS:-2048}
 THRESHOLDS=${THRESHOLDS:-"256 1024"}
 SYSTEMS=${SYSTEMS:-"unified pd-sglang sglang-pd sglang-unified"}
-WORKLOADS=${WORKLOADS:-"long-prompts mixed"}
+WORKLOADS=${WORKLOADS:-"long-prompts medium-prompts mixed"}
 SIM_PORT=${SIM_PORT:-18501}
 BOOTSTRAP_PORT=${BOOTSTRAP_PORT:-19501}
 FRONT_PORT=${FRONT_PORT:-18580}
@@ -119,6 +122,7 @@ start() { # system
 workload_args() { # workload
   case $1 in
     long-prompts) echo "--workload no-sharing --prompt-tokens $PROMPT_TOKENS --output-tokens 16" ;;
+    medium-prompts) echo "--workload no-sharing --prompt-tokens 384 --output-tokens 64" ;;
     mixed) echo "--workload long-doc --output-tokens 64" ;;
   esac
 }
