@@ -164,7 +164,14 @@ mod tests {
         std::fs::create_dir_all(dir.join("bench/results-x")).unwrap();
         let git = |args: &[&str]| {
             Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
                 .args(args)
                 .current_dir(&dir)
                 .output()
