@@ -416,3 +416,46 @@ async fn sglang_sends_one_body_to_both_and_falls_back_when_the_prefill_fails() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_hung_prefill_is_given_up_after_the_prefill_timeout() {
+    let (pre, dec) = (Recorder::default(), Recorder::default());
+    let p = pre
+        .start(nixl_prefill_answer, Duration::from_secs(30))
+        .await;
+    let d = dec.start(completion_answer, Duration::ZERO).await;
+    let yaml = pd_yaml(
+        &[p],
+        &[d],
+        "    metrics_path: null\n",
+        "pd:\n  threshold_tokens: 64\n  prefill_timeout_ms: 300\n",
+    )
+    .replace(
+        "  - name: dec\n    role: decode\n    models: [tiny]\n",
+        "  - name: dec\n    role: decode\n    models: [tiny]\n    metrics_path: null\n",
+    );
+    let rt = router(&yaml).await;
+    wait_ready(rt.admin_addr).await;
+    let started = std::time::Instant::now();
+    let body = completion(&text(11, 1500), 4);
+    let r = post(rt.addr, "/v1/completions", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.header("x-warmpath-prefill-replica"), None);
+    // The decode replica got the client's own body: it prefills itself.
+    assert_eq!(dec.requests()[0].1.as_ref(), body.as_bytes());
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_pd_prefill_failures_total",
+            &[("kind", "timeout")]
+        ),
+        1.0
+    );
+    rt.shutdown().await;
+}

@@ -167,6 +167,9 @@ pub struct PdConfig {
     /// SGLang: the prefill servers' bootstrap port (SGLang's default 8998), unless a replica
     /// names its own.
     pub bootstrap_port: u16,
+    /// The longest a prefill leg may take, answer included; then it counts as failed (and
+    /// `on_prefill_failure` applies) instead of waiting for the engine's own timeout.
+    pub prefill_timeout_ms: u64,
 }
 
 impl Default for PdConfig {
@@ -177,6 +180,7 @@ impl Default for PdConfig {
             prefill_attempts: 2,
             on_prefill_failure: PrefillFailure::Decode,
             bootstrap_port: 8998,
+            prefill_timeout_ms: 60_000,
         }
     }
 }
@@ -436,6 +440,12 @@ impl Config {
             return Err((
                 root.key("pd").key("prefill_attempts"),
                 "must be >= 1".to_owned(),
+            ));
+        }
+        if self.pd.prefill_timeout_ms == 0 {
+            return Err((
+                root.key("pd").key("prefill_timeout_ms"),
+                "must be > 0".to_owned(),
             ));
         }
         if self.pd.bootstrap_port == 0 {

@@ -348,20 +348,11 @@ impl Split {
         chosen.prefill_replica = Some(prefill.name.clone());
         let prefill_leg = {
             let head = prefill_head(&chosen);
-            let timeouts = table.config.timeouts;
-            let health = table.config.health;
+            let config = table.config.clone();
             let index = self.choose.index().clone();
             let metrics = self.metrics.clone();
             async move {
-                let started = Instant::now();
-                let result = match send(&prefill, &head, body, &timeouts).await {
-                    Ok(resp) => read_answer(resp, timeouts.idle()).await,
-                    Err(e) => Err(leg_error(e, &prefill, &health, &index)),
-                };
-                metrics
-                    .pd
-                    .prefill_duration
-                    .observe(started.elapsed().as_secs_f64());
+                let result = run_leg(&prefill, head, body, &config, &index, &metrics).await;
                 drop(leg);
                 result
             }
@@ -402,28 +393,52 @@ impl Split {
         leg: &Routed,
         body: Bytes,
     ) -> Result<Bytes, LegFailure> {
-        let table = &chosen.request.ctx().table;
-        let replica = &leg.candidate.replica;
-        let head = prefill_head(chosen);
-        let started = Instant::now();
-        let result = match send(replica, &head, body, &table.config.timeouts).await {
-            Ok(resp) => read_answer(resp, table.config.timeouts.idle()).await,
-            Err(e) => Err(leg_error(
-                e,
-                replica,
-                &table.config.health,
-                self.choose.index(),
-            )),
-        };
-        self.metrics
-            .pd
-            .prefill_duration
-            .observe(started.elapsed().as_secs_f64());
-        if result.is_ok() {
-            replica.health.on_success();
-        }
-        result
+        run_leg(
+            &leg.candidate.replica,
+            prefill_head(chosen),
+            body,
+            &chosen.request.ctx().table.config,
+            self.choose.index(),
+            &self.metrics,
+        )
+        .await
     }
+}
+
+/// Send a prefill leg and read its whole (one-token) answer, within `pd.prefill_timeout_ms`
+/// (a hung prefill engine must not hold the request until the engine's own timeout).
+async fn run_leg(
+    replica: &crate::state::replica::ReplicaState,
+    head: http::request::Parts,
+    body: Bytes,
+    config: &crate::config::Config,
+    index: &crate::state::index::SharedIndex,
+    metrics: &Metrics,
+) -> Result<Bytes, LegFailure> {
+    let started = Instant::now();
+    let leg = async {
+        match send(replica, &head, body, &config.timeouts).await {
+            Ok(resp) => read_answer(resp, config.timeouts.idle()).await,
+            Err(e) => Err(leg_error(e, replica, &config.health, index)),
+        }
+    };
+    let limit = std::time::Duration::from_millis(config.pd.prefill_timeout_ms);
+    let result = match tokio::time::timeout(limit, leg).await {
+        Ok(r) => r,
+        Err(_) => Err(LegFailure::new(
+            "timeout",
+            false,
+            format!("{}: no prefill answer within {limit:?}", replica.name),
+        )),
+    };
+    metrics
+        .pd
+        .prefill_duration
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        replica.health.on_success();
+    }
+    result
 }
 
 /// Forward through the layers below, naming the prefill replica in the answer of a split.
