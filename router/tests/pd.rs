@@ -459,3 +459,35 @@ async fn a_hung_prefill_is_given_up_after_the_prefill_timeout() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_split_requests_decode_replica_does_not_count_the_prompt_as_its_own_prefill() {
+    let (pre, dec) = (Recorder::default(), Recorder::default());
+    let p = pre.start(nixl_prefill_answer, Duration::ZERO).await;
+    let d = dec
+        .start(completion_answer, Duration::from_millis(800))
+        .await;
+    let yaml = pd_yaml(&[p], &[d], "    metrics_path: null\n", PD).replace(
+        "  - name: dec\n    role: decode\n    models: [tiny]\n",
+        "  - name: dec\n    role: decode\n    models: [tiny]\n    metrics_path: null\n",
+    );
+    let rt = router(&yaml).await;
+    wait_ready(rt.admin_addr).await;
+    let addr = rt.addr;
+    let body = completion(&text(12, 1500), 4);
+    let pending = tokio::spawn(async move { post(addr, "/v1/completions", &body).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let table = rt.table();
+    let decode = &table.candidates("tiny").unwrap()[0].replica;
+    assert_eq!(decode.inflight_requests(), 1, "the decode leg is in flight");
+    assert_eq!(
+        decode.pending_prefill_tokens(),
+        0,
+        "its prompt was prefilled elsewhere"
+    );
+    assert!(decode.inflight_uncached_tokens() > 0);
+    let r = pending.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(decode.inflight_requests(), 0);
+    rt.shutdown().await;
+}

@@ -175,7 +175,10 @@ fn respond(
 ) -> Response<RespBody> {
     let (up, pooled) = upstream.into_parts();
     let Chosen {
-        request, routed, ..
+        request,
+        routed,
+        prefill_replica,
+        ..
     } = chosen;
     let ctx = request.ctx();
     let config = &ctx.table.config;
@@ -207,8 +210,9 @@ fn respond(
     let started = ctx.started;
     let idle = config.timeouts.idle();
     // TTFT is learned from streams only: a non-streamed body arrives after the whole
-    // generation, which is not TTFT.
-    let learn_ttft = request.features().stream && status < 300;
+    // generation, which is not TTFT. Nor is a split request's first token this replica's
+    // prefill: it was computed elsewhere.
+    let learn_ttft = request.features().stream && status < 300 && prefill_replica.is_none();
     let route = routed.candidate.metrics.clone();
     let replica = routed.candidate.replica.clone();
     let (prefill_tokens, queued_ahead) = (routed.prefill_tokens, routed.queued_ahead);

@@ -25,6 +25,7 @@ use super::{AttemptError, Chosen, StageFuture};
 use crate::config::{Connector, PrefillFailure};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
+use crate::state::replica::PrefillGuard;
 use crate::state::table::{Candidate, Table};
 use crate::upstream::PooledBody;
 use bytes::Bytes;
@@ -180,6 +181,10 @@ impl Split {
                 Some(c) => c,
                 None => self.reroute(&table, &decode, &request)?,
             };
+            // The decode replica will not compute this prompt: its pending-prefill count must
+            // not make it look busier to the requests that follow.
+            let mut this = this;
+            this.routed.prefill = PrefillGuard::new(this.routed.candidate.replica.clone(), 0);
             let outcome = match pd.connector {
                 Connector::Nixl => self.nixl(inner.clone(), this, leg, &original).await,
                 Connector::Sglang => self.sglang(inner.clone(), this, leg, &original).await,
@@ -210,7 +215,14 @@ impl Split {
             PrefillFailure::Decode => {
                 self.metrics.pd.decided("fallback_decode");
                 let this = match chosen {
-                    Some(c) => c,
+                    Some(mut c) => {
+                        // Back to prefilling here: count it again.
+                        c.routed.prefill = PrefillGuard::new(
+                            c.routed.candidate.replica.clone(),
+                            u64::from(c.routed.uncached_tokens),
+                        );
+                        c
+                    }
                     None => self.reroute(&table, &decode, &request)?,
                 };
                 call(inner, this).await
