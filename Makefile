@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-sensitivity bench-datapath bench-routing
+.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-sensitivity bench-pd bench-datapath bench-routing
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -38,12 +38,17 @@ fmt:
 bench:
 	bash bench/compare.sh
 
-## The long version, the whole report from one commit (about 100 minutes on 2 cores; see
+## The long version, the whole report from one commit (about 125 minutes on 2 cores; see
 ## bench/full.sh): the SGLang gateway tuned on held-out seeds, 5 scored seeds per point, every
 ## system including the peers' algorithms, a section where the cache binds, the idle plumbing,
 ## the sensitivity runs and a mixed fleet, three real vLLM engines, guidellm.
 bench-full:
 	bash bench/full.sh
+
+## The prefill/decode split against unified serving and the SGLang gateway's PD mode (about 25
+## minutes).
+bench-pd:
+	bash bench/pd.sh
 
 ## The sensitivity runs alone (about 25 minutes).
 bench-sensitivity:

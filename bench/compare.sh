@@ -128,14 +128,8 @@ if [ "$SUITE" = sim ]; then
 else
   rm -f "$RESULTS/$SUITE"-*.json
 fi
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 SIM_FLAGS=(--prefill-us-per-token "$PREFILL_US" --decode-base-ms "$DECODE_BASE_MS" --step-overhead-ms "$STEP_OVERHEAD_MS")
 [ -n "$REPLICA_SPEEDS" ] && SIM_FLAGS+=(--replica-speeds "$REPLICA_SPEEDS")
@@ -158,13 +152,6 @@ else
 } > "$RESULTS/machine.txt"
 fi
 
-wait_http() { # URL, seconds
-  local url=$1 deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
-    if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $url" >&2; return 1; fi
-    sleep 0.2
-  done
-}
 
 SIM_PID=""
 FRONT_PID=""

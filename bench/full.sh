@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/full.sh — the whole report from one commit (`make bench-full`; about 100 minutes on two
+# bench/full.sh — the whole report from one commit (`make bench-full`; about 125 minutes on two
 # cores, 11 GB of memory for the real engines).
 #
 # One build of the tree as committed (a dirty tree is refused unless ALLOW_DIRTY=1: results are
@@ -12,17 +12,19 @@
 #                               mixed fleet
 #   4. bench/real-vllm.sh       three real vLLM engines (skipped, loudly, without vLLM)
 #   5. bench/independent.sh     warmpath-bench's figures against guidellm's on the same prompts
+#   6. bench/pd.sh              the prefill/decode split against unified serving and the SGLang
+#                               gateway's PD mode
 # and one report (BENCHMARKS.md) over all of it. Warmpath's defaults were chosen on seeds 1-2
 # and on the default-sized workloads; seeds 11-15 are never used for tuning.
 #
-# PARTS (default: all five) runs a subset; the results folder keeps what earlier parts of the
-# same commit wrote. A run of all five starts from an empty results folder.
+# PARTS (default: all six) runs a subset; the results folder keeps what earlier parts of the
+# same commit wrote. A run of all six starts from an empty results folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
-PARTS=${PARTS:-"tune main sensitivity vllm independent"}
+PARTS=${PARTS:-"tune main sensitivity vllm independent pd"}
 SCORE_SEEDS=${SCORE_SEEDS:-"11 12 13 14 15"}
 
 if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . 2>/dev/null; then
@@ -35,7 +37,7 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 export SKIP_REPORT=1
 mkdir -p "$RESULTS"
-if [ "$PARTS" = "tune main sensitivity vllm independent" ]; then
+if [ "$PARTS" = "tune main sensitivity vllm independent pd" ]; then
   rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/sglang-tuned-args
 fi
 started=$SECONDS
@@ -64,6 +66,9 @@ if has vllm; then
 fi
 if has independent; then
   bash bench/independent.sh
+fi
+if has pd; then
+  SEEDS=$SCORE_SEEDS bash bench/pd.sh
 fi
 
 echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"

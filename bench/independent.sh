@@ -32,21 +32,8 @@ fi
 [ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/commands-independent.txt "$RESULTS"/independent-* "$RESULTS"/independent.md
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-wait_http() {
-  local url=$1 deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
-    if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $url" >&2; return 1; fi
-    sleep 0.2
-  done
-}
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 SIM_PID="" ROUTER_PID=""
 fresh_fleet() {
   for p in $ROUTER_PID $SIM_PID; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done

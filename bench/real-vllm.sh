@@ -48,22 +48,9 @@ fi
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/vllm-cpu-*.json "$RESULTS"/commands-vllm-cpu.txt
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
-wait_http() { # URL seconds
-  local url=$1 deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
-    if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $url" >&2; return 1; fi
-    sleep 1
-  done
-}
 
 URLS=()
 for i in $(seq 0 $((ENGINES - 1))); do

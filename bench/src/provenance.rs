@@ -24,7 +24,8 @@ pub struct LoadAverage {
 pub struct Provenance {
     /// `git rev-parse HEAD`, when the run was started inside a git work tree.
     pub commit: Option<String>,
-    /// Whether tracked files differed from that commit (untracked files do not count).
+    /// Whether tracked files differed from that commit (untracked files do not count, nor do
+    /// result folders: a run that rewrites `bench/results/` did not change the code).
     pub dirty: Option<bool>,
     /// The command line, program name first.
     pub argv: Vec<String>,
@@ -87,11 +88,16 @@ pub fn git_commit(dir: &Path) -> Option<(String, bool)> {
     let head = run(&["rev-parse", "HEAD"]).filter(|h| is_hash(h))?;
     // --no-optional-locks: `status` must not refresh the index behind the back of whoever is
     // committing in the same tree (it would hold index.lock for a moment).
+    // Results the benchmarks write (bench/results*/, committed for the record) are not the
+    // code under test: rewriting them must not mark the run as made from changed code.
     let dirty = run(&[
         "--no-optional-locks",
         "status",
         "--porcelain",
         "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude,glob)bench/results*/**",
     ])
     .map(|s| !s.is_empty())
     // A repository whose status cannot be read: say dirty rather than vouch for it.
@@ -149,6 +155,41 @@ mod tests {
             return;
         };
         assert!(is_hash(&head), "{head}");
+    }
+
+    #[test]
+    fn rewritten_results_do_not_make_a_tree_dirty_and_changed_code_does() {
+        let dir = std::env::temp_dir().join(format!("warmpath-prov-git-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bench/results-x")).unwrap();
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !git(&["init", "-q"]) {
+            eprintln!("no git: skipped");
+            return;
+        }
+        std::fs::write(dir.join("code.rs"), "fn main() {}").unwrap();
+        std::fs::write(dir.join("bench/results-x/run.json"), "{}").unwrap();
+        assert!(git(&["add", "."]) && git(&["commit", "-qm", "x"]));
+        assert_eq!(git_commit(&dir).map(|c| c.1), Some(false));
+        std::fs::remove_file(dir.join("bench/results-x/run.json")).unwrap();
+        assert_eq!(git_commit(&dir).map(|c| c.1), Some(false), "results only");
+        std::fs::write(dir.join("code.rs"), "fn main() { loop {} }").unwrap();
+        assert_eq!(git_commit(&dir).map(|c| c.1), Some(true), "code changed");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

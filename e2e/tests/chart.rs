@@ -48,6 +48,27 @@ fn matrix(ns: &str) -> Vec<Case> {
             ],
         },
         Case {
+            name: "pd-sidecar",
+            args: vec![
+                "--set".into(),
+                "router.mode=sidecar".into(),
+                "--set".into(),
+                "router.sidecar.pd.enabled=true".into(),
+                "--set".into(),
+                "router.sidecar.pd.prefillAllow[0]=10.0.0.0/8".into(),
+                "--set".into(),
+                "router.sidecar.pd.prefillHosts[0]=prefill-0.llm:8000".into(),
+                "-f".into(),
+                warmpath_e2e::repo_root()
+                    .join("examples/pd/values.yaml")
+                    .display()
+                    .to_string(),
+                // The example watches namespace `llm`; the test's own stands in for it.
+                "--set".into(),
+                format!("rbac.watchNamespaces[0]={ns}"),
+            ],
+        },
+        Case {
             name: "monitoring-on",
             args: s(&[
                 "--set",
@@ -258,6 +279,39 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .expect("router binding");
             assert_eq!(str_at(&binding["subjects"][0], &["name"]), "vllm");
             assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
+        }
+        "pd-sidecar" => {
+            let snippet = out
+                .find("ConfigMap", "wp-warmpath-router-sidecar")
+                .expect("sidecar snippet");
+            let containers: serde_yaml::Value =
+                serde_yaml::from_str(str_at(snippet, &["data", "containers.yaml"]))
+                    .expect("containers.yaml is YAML");
+            let c = &containers[0];
+            assert_eq!(c["name"].as_str(), Some("warmpath-pd-sidecar"));
+            let args: Vec<&str> = c["args"]
+                .as_sequence()
+                .expect("args")
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect();
+            assert_eq!(args[0], "sidecar");
+            for pair in [
+                ["--engine", "http://127.0.0.1:8000"],
+                ["--listen", "0.0.0.0:8080"],
+                ["--prefill-allow", "10.0.0.0/8"],
+                ["--prefill-host", "prefill-0.llm:8000"],
+                ["--on-prefill-failure", "decode"],
+            ] {
+                assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
+            }
+            // The P/D example's router settings reach the router's file.
+            let config = out.find("ConfigMap", router).expect("router ConfigMap");
+            let file = str_at(config, &["data", "router.yaml"]);
+            assert!(file.contains("connector: sidecar"), "{file}");
+            // The flags the chart renders are the ones the binary takes: it starts with them
+            // (on free loopback ports) and answers its liveness probe.
+            sidecar_starts_with(&args);
         }
         "monitoring-on" => {
             assert_eq!(out.of_kind("ServiceMonitor").count(), 2, "{names:?}");
@@ -660,4 +714,45 @@ async fn kind_manifests_are_valid() {
     )
     .expect("chart with values-kind.yaml accepted");
     ns.finish();
+}
+
+/// Start `warmpath-router` with `args` (the chart's P/D sidecar container), its listeners moved
+/// to free loopback ports, and wait for `/healthz`.
+fn sidecar_starts_with(args: &[&str]) {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let admin = free();
+    let mut argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    for (flag, addr) in [("--listen", free()), ("--admin", admin)] {
+        let i = argv.iter().position(|a| a == flag).expect(flag);
+        argv[i + 1] = addr.to_string();
+    }
+    let bin = warmpath_e2e::workspace_bin("warmpath-router").expect("build warmpath-router");
+    let mut child = warmpath_e2e::KillOnDrop::spawn(
+        std::process::Command::new(bin)
+            .args(&argv)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )
+    .expect("start the sidecar");
+    for _ in 0..100 {
+        if let Ok(mut s) = std::net::TcpStream::connect(admin) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            if reply.starts_with("HTTP/1.1 200") {
+                return;
+            }
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!("the sidecar exited ({status}) with the chart's arguments {argv:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the sidecar never answered /healthz with the chart's arguments {argv:?}");
 }

@@ -400,7 +400,27 @@ async fn the_example_manifests_are_valid() {
         return;
     };
     apply_crds(ns.cluster());
-    let file = repo_root().join("examples/kubernetes.yaml");
+    let text = dry_run(&ns, "examples/kubernetes.yaml");
+    for kind in [
+        "inferencepool",
+        "inferencereplica",
+        "secret",
+        "tenantpolicy",
+    ] {
+        assert!(text.contains(kind), "{kind} not applied: {text}");
+    }
+    // The P/D example: its pools and the prefill and decode Deployments (sidecar included).
+    for name in ["pools.yaml", "prefill.yaml", "decode.yaml"] {
+        let text = dry_run(&ns, &format!("examples/pd/{name}"));
+        assert!(text.contains("created (server dry run)"), "{name}: {text}");
+    }
+    ns.finish();
+}
+
+/// `kubectl apply --dry-run=server` of a file of the repository in the test namespace: what
+/// kubectl printed.
+fn dry_run(ns: &TestNamespace, path: &str) -> String {
+    let file = repo_root().join(path);
     let out = run(
         ns.cluster().kubectl().args([
             "apply",
@@ -413,14 +433,5 @@ async fn the_example_manifests_are_valid() {
         None,
     )
     .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    for kind in [
-        "inferencepool",
-        "inferencereplica",
-        "secret",
-        "tenantpolicy",
-    ] {
-        assert!(text.contains(kind), "{kind} not applied: {text}");
-    }
-    ns.finish();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -19,13 +19,14 @@ pub mod errors;
 pub mod metrics;
 pub mod request;
 pub mod server;
+pub mod sidecar;
 pub mod sources;
 pub mod state;
 pub mod upstream;
 
 pub use sources::kubernetes;
 
-use crate::api::{Admission, AdmitAll, NoSplit, PdPolicy};
+use crate::api::{Admission, AdmitAll};
 use crate::config::Config;
 use crate::errors::StartError;
 use crate::metrics::{Metrics, ResultLabels};
@@ -112,7 +113,7 @@ impl RouterHandle {
 
 /// Start the router: bind both listeners, start scrapers and the reload watcher.
 pub async fn start(config: Config, options: Options) -> Result<RouterHandle, StartError> {
-    start_with(config, options, Arc::new(AdmitAll), Arc::new(NoSplit)).await
+    start_with(config, options, Arc::new(AdmitAll)).await
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
@@ -122,12 +123,11 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
     Ok((listener, local))
 }
 
-/// [`start`] with a custom admission layer and P/D policy.
+/// [`start`] with a custom admission layer.
 pub async fn start_with(
     config: Config,
     options: Options,
     admission: Arc<dyn Admission>,
-    pd: Arc<dyn PdPolicy>,
 ) -> Result<RouterHandle, StartError> {
     if config.pools.is_empty() && options.kubernetes.is_none() {
         tracing::warn!(
@@ -174,7 +174,6 @@ pub async fn start_with(
         index: index.clone(),
         discovery: discovery.clone(),
         admission,
-        pd,
     });
     let admin = admin::service(admin::AdminState {
         tables: tables.clone(),

@@ -1,12 +1,18 @@
 //! `warmpath-router --config FILE [--kubernetes]`: the data plane, from a file, and in
 //! Kubernetes mode also from the cluster's warmpath resources.
+//!
+//! `warmpath-router sidecar --listen ADDR --engine URL ...`: the decode pod's P/D sidecar
+//! ([`warmpath_router::sidecar`]).
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use warmpath_router::config::{LimitsConfig, PrefillFailure, TimeoutsConfig};
 use warmpath_router::kubernetes::Discovery;
+use warmpath_router::sidecar::{self, AllowList, Cidr, EngineUrl, PrefillTarget};
 use warmpath_router::{config::Config, Options};
 
 // glibc malloc showed up at ~11% of the proxy's CPU (many small, short-lived allocations per
@@ -18,12 +24,18 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "warmpath-router",
     version,
-    about = "Prefix-cache-aware OpenAI-compatible router"
+    about = "Prefix-cache-aware OpenAI-compatible router",
+    // `--config` is required only without a subcommand, and the router's flags do not mix
+    // with one.
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Static configuration (YAML); reloaded when it changes.
-    #[arg(long, env = "WARMPATH_CONFIG")]
-    config: PathBuf,
+    #[arg(long, env = "WARMPATH_CONFIG", required = true)]
+    config: Option<PathBuf>,
     /// Worker threads (default: one per core).
     #[arg(long, env = "WARMPATH_THREADS")]
     threads: Option<usize>,
@@ -44,31 +56,89 @@ struct Args {
     namespaces: Vec<String>,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The decode pod's P/D sidecar: requests with `x-prefiller-host-port: HOST:PORT` get their
+    /// prefill on that host (vLLM's NIXL protocol) and their decode on the local engine; others
+    /// are proxied to the local engine.
+    Sidecar(SidecarArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SidecarArgs {
+    /// Where schedulers and clients send requests.
+    #[arg(long, env = "WARMPATH_SIDECAR_LISTEN", default_value = sidecar::defaults::LISTEN)]
+    listen: SocketAddr,
+    /// The local engine, `http://HOST:PORT`.
+    #[arg(long, env = "WARMPATH_SIDECAR_ENGINE", default_value = sidecar::defaults::ENGINE)]
+    engine: EngineUrl,
+    /// `/metrics`, `/healthz`, `/readyz` (ready when the engine's `/health` answers 200).
+    #[arg(long, env = "WARMPATH_SIDECAR_ADMIN", default_value = sidecar::defaults::ADMIN)]
+    admin: SocketAddr,
+    /// Prefill hosts that may be called, as a CIDR of IP addresses (any port; a bare address
+    /// is one host). Repeat, or comma-separate in the variable. Names are never resolved.
+    #[arg(long, env = "WARMPATH_SIDECAR_PREFILL_ALLOW", value_delimiter = ',')]
+    prefill_allow: Vec<Cidr>,
+    /// A prefill host that may be called, exactly `HOST:PORT` (the only way to allow a DNS
+    /// name). Repeat, or comma-separate in the variable. With neither this nor
+    /// `--prefill-allow`, every request naming a prefill host is refused (403).
+    #[arg(long, env = "WARMPATH_SIDECAR_PREFILL_HOSTS", value_delimiter = ',')]
+    prefill_host: Vec<PrefillTarget>,
+    /// When the prefill fails: `decode` on the local engine with the client's own body, or
+    /// `fail` with a 502.
+    #[arg(
+        long,
+        env = "WARMPATH_SIDECAR_ON_PREFILL_FAILURE",
+        value_enum,
+        default_value_t = OnPrefillFailure::Decode
+    )]
+    on_prefill_failure: OnPrefillFailure,
+    /// Largest request body accepted (then 413).
+    #[arg(long, env = "WARMPATH_SIDECAR_MAX_BODY_BYTES", default_value_t = LimitsConfig::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Opening a connection to the prefill host or the engine (ms).
+    #[arg(long, env = "WARMPATH_SIDECAR_CONNECT_TIMEOUT_MS", default_value_t = TimeoutsConfig::default().connect_ms)]
+    connect_timeout_ms: u64,
+    /// From sending a request upstream to its response head (ms); bounds the whole prefill.
+    #[arg(long, env = "WARMPATH_SIDECAR_HEADER_TIMEOUT_MS", default_value_t = TimeoutsConfig::default().header_ms)]
+    header_timeout_ms: u64,
+    /// Longest silence between two chunks of an upstream answer (ms), then it is cut.
+    #[arg(long, env = "WARMPATH_SIDECAR_IDLE_TIMEOUT_MS", default_value_t = TimeoutsConfig::default().idle_ms)]
+    idle_timeout_ms: u64,
+    /// Reading a client's request head and body (ms), then 408.
+    #[arg(long, env = "WARMPATH_SIDECAR_CLIENT_TIMEOUT_MS", default_value_t = TimeoutsConfig::default().client_ms)]
+    client_timeout_ms: u64,
+    /// Worker threads (default: one per core).
+    #[arg(long, env = "WARMPATH_SIDECAR_THREADS")]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OnPrefillFailure {
+    Decode,
+    Fail,
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
+            // WARMPATH_LOG, else RUST_LOG (what the Helm chart sets), else info.
             tracing_subscriber::EnvFilter::try_from_env("WARMPATH_LOG")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let args = Args::parse();
-    let config = Config::load(&args.config)?;
+    let mut args = Args::parse();
+    if let Some(Command::Sidecar(sidecar)) = args.command.take() {
+        return run_sidecar(sidecar);
+    }
+    let config_path = args.config.clone().context("--config is required")?;
+    let config = Config::load(&config_path)?;
     if args.check {
-        println!("{}: ok", args.config.display());
+        println!("{}: ok", config_path.display());
         return Ok(());
     }
-    // One thread: a current-thread runtime skips the work-stealing machinery (nginx's model:
-    // one event loop per worker). More: the multi-thread scheduler.
-    let mut rt = match args.threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n.max(1));
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let rt = rt.enable_all().build().context("starting the runtime")?;
+    let rt = runtime(args.threads)?;
     rt.block_on(async move {
         let kubernetes = if args.kubernetes {
             let client = kube::Client::try_default().await.context(
@@ -89,13 +159,66 @@ fn main() -> anyhow::Result<()> {
         let handle = warmpath_router::start(
             config,
             Options {
-                watch: Some(args.config.clone()),
+                watch: Some(config_path),
                 reload_interval: Duration::from_secs(1),
                 drain: Duration::from_secs(10),
                 kubernetes,
             },
         )
         .await?;
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        handle.shutdown().await;
+        Ok(())
+    })
+}
+
+/// One thread: a current-thread runtime skips the work-stealing machinery (nginx's model: one
+/// event loop per worker). More: the multi-thread scheduler.
+fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut rt = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.max(1));
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    rt.enable_all().build().context("starting the runtime")
+}
+
+fn run_sidecar(args: SidecarArgs) -> anyhow::Result<()> {
+    let ms = |v: u64, flag: &str| {
+        anyhow::ensure!(v > 0, "--{flag} must be > 0");
+        Ok(Duration::from_millis(v))
+    };
+    anyhow::ensure!(args.max_body_bytes > 0, "--max-body-bytes must be > 0");
+    anyhow::ensure!(
+        args.listen != args.admin || args.listen.port() == 0,
+        "--admin must differ from --listen"
+    );
+    let options = sidecar::SidecarOptions {
+        listen: args.listen,
+        admin: args.admin,
+        engine: args.engine,
+        allow: AllowList::new(args.prefill_allow, args.prefill_host),
+        on_prefill_failure: match args.on_prefill_failure {
+            OnPrefillFailure::Decode => PrefillFailure::Decode,
+            OnPrefillFailure::Fail => PrefillFailure::Fail,
+        },
+        max_body_bytes: args.max_body_bytes,
+        timeouts: sidecar::SidecarTimeouts {
+            connect: ms(args.connect_timeout_ms, "connect-timeout-ms")?,
+            header: ms(args.header_timeout_ms, "header-timeout-ms")?,
+            idle: ms(args.idle_timeout_ms, "idle-timeout-ms")?,
+            client: ms(args.client_timeout_ms, "client-timeout-ms")?,
+        },
+        drain: Duration::from_secs(10),
+    };
+    let rt = runtime(args.threads)?;
+    rt.block_on(async move {
+        let handle = sidecar::start(options).await?;
         shutdown_signal().await;
         tracing::info!("shutting down");
         handle.shutdown().await;

@@ -12,6 +12,7 @@
 //!              [--tokenizer tokenizer.json] [--chat-template FILE]
 //!              [--error-rate 0.0] [--fault hang|slow-stream|drop-mid-stream|refuse|unhealthy]...
 //!              [--slow-stream-ms 50] [--drop-after-chunks 2]
+//!              [--bootstrap-port 8998] [--bootstrap-timeout-ms 30000]
 //! ```
 //!
 //! Timing defaults, chosen to resemble an 8B model on one modern accelerator (the numbers are
@@ -22,6 +23,20 @@
 //! does any work, prefill-only steps included (the engine's scheduling, sampling and kernel
 //! launches, a few milliseconds per step on real servers; 0 by default). `--speed 2` makes a replica twice as fast;
 //! `--replica-speeds` sets it per replica (a mixed fleet). `--timing zero` sets every cost to 0.
+//!
+//! SGLang P/D ([`crate::bootstrap`]): a request naming `bootstrap_host`/`bootstrap_port` is
+//! served as the prefill side by the replica those name, as the decode side by any other.
+//! Replica i's bootstrap port is `--bootstrap-port` + i (one replica per process: 8998,
+//! SGLang's default); a host names a replica when it is its listen IP or a loopback address
+//! (any local address when listening on a wildcard). A decode replica finds a prefill replica
+//! of its own process by (host, bootstrap port). A prefill replica of another process is asked
+//! over HTTP at `bootstrap_host:bootstrap_port`, which reaches it only when its bootstrap port
+//! is its HTTP port: start the prefill process with `--bootstrap-port 0` (every replica's
+//! bootstrap port is its own HTTP port) or with `--bootstrap-port` equal to its `--listen`
+//! port, and give both processes the same `--block-size`. Processes sharing a host need
+//! bootstrap ports that do not overlap, or a decode takes a request meant for another
+//! process's prefill as its own. A decode waits at most `--bootstrap-timeout-ms` for its
+//! prefill, then answers 500.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -216,6 +231,18 @@ pub struct Cli {
     /// Chunks sent before the connection is dropped under the drop-mid-stream fault.
     #[arg(long, default_value_t = 2)]
     pub drop_after_chunks: u32,
+
+    /// SGLang P/D: replica i's bootstrap port is BASE+i, matched against a request's
+    /// `bootstrap_port`. 0 makes it each replica's own HTTP port, which is what a decode
+    /// replica in another process needs to reach this one as its prefill server (so does a
+    /// BASE equal to the --listen port).
+    #[arg(long, value_name = "BASE", default_value_t = 8998)]
+    pub bootstrap_port: u16,
+    /// SGLang P/D: how long a decode request waits for its prefill request (same
+    /// `bootstrap_room`) to finish before answering 500; also how long a finished prefill
+    /// waits for its decode before its room is dropped. Milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub bootstrap_timeout_ms: u64,
 }
 
 impl Cli {
@@ -249,6 +276,16 @@ impl Cli {
         }
     }
 
+    /// The SGLang bootstrap port of replica `i`, listening at `addr`.
+    pub fn bootstrap_port_for(&self, i: usize, addr: SocketAddr) -> u16 {
+        if self.bootstrap_port == 0 {
+            addr.port()
+        } else {
+            // `validate` keeps BASE + i within range.
+            self.bootstrap_port + i as u16
+        }
+    }
+
     pub fn initial_faults(&self) -> FaultState {
         let mut f = FaultState {
             error_rate: self.error_rate,
@@ -275,6 +312,12 @@ impl Cli {
         }
         if u32::from(self.listen.port()) + u32::from(self.replicas) > 65536 {
             return Err("--listen port + --replicas exceeds 65535".into());
+        }
+        if u32::from(self.bootstrap_port) + u32::from(self.replicas) > 65536 {
+            return Err("--bootstrap-port + --replicas exceeds 65535".into());
+        }
+        if self.bootstrap_timeout_ms == 0 {
+            return Err("--bootstrap-timeout-ms must be positive".into());
         }
         if self.block_size == 0 || self.kv_blocks == 0 {
             return Err("--block-size and --kv-blocks must be positive".into());

@@ -4,11 +4,13 @@
 //! a simulated KV cache with prefix caching and LRU eviction ([`kv_cache`]), a vLLM-like
 //! scheduler and timing model ([`engine`]) driven in real time ([`replica`]), vLLM's OpenAI
 //! API, error shapes and `/metrics` ([`api`], [`server`], [`metrics`]), KV events over ZMQ in
-//! vLLM's wire format ([`kv_publisher`]), P/D `kv_transfer_params`, and faults on demand
-//! ([`faults`]). Flags and timing defaults: [`config`] and `sim/README.md`.
+//! vLLM's wire format ([`kv_publisher`]), P/D as vLLM's `kv_transfer_params` and as SGLang's
+//! bootstrap rooms ([`bootstrap`]), and faults on demand ([`faults`]). Flags and timing
+//! defaults: [`config`] and `sim/README.md`.
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bootstrap;
 pub mod config;
 pub mod engine;
 pub mod faults;
@@ -21,11 +23,13 @@ pub mod tokens;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use bootstrap::BootstrapConfig;
 pub use config::Cli;
 use replica::Replica;
 use server::Ctx;
@@ -58,6 +62,13 @@ impl Fleet {
         self.replicas.iter().find(|r| {
             r.addr.port() == port
                 && (ip == Some(r.addr.ip()) || host == "localhost" && r.addr.ip().is_loopback())
+        })
+    }
+
+    /// The replica whose SGLang bootstrap endpoint is `port` on a host with one of `ips`.
+    pub fn find_bootstrap(&self, ips: &[IpAddr], port: u16) -> Option<&Arc<Replica>> {
+        self.replicas.iter().find(|r| {
+            r.bootstrap_port == port && ips.iter().any(|ip| bootstrap::names_ip(*ip, r.addr.ip()))
         })
     }
 }
@@ -135,6 +146,10 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
                 faults,
                 cli.default_max_tokens,
                 publish,
+                BootstrapConfig {
+                    port: cli.bootstrap_port_for(i, *addr),
+                    timeout: Duration::from_millis(cli.bootstrap_timeout_ms),
+                },
             ))
         })
         .collect();

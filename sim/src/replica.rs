@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use warmpath_kv_events::KvEvent;
 
 use crate::api::{ApiError, GenerateRequest, Input};
+use crate::bootstrap::{BootstrapConfig, PrefillTicket, Rooms, MAX_ROOMS};
 use crate::config::EngineConfig;
 use crate::engine::{Engine, Output, Request};
 use crate::faults::FaultState;
@@ -20,6 +21,35 @@ use crate::tokens::Tokenizer;
 /// Timers are coarse (about 1 ms); a step may start this late behind the previous one without
 /// the engine clock drifting from the timing model.
 const LATENESS: f64 = 0.002;
+
+/// vLLM's checks of a prompt's and a completion's length.
+fn check_limits(req: &GenerateRequest, prompt_len: usize, max_len: usize) -> Result<(), ApiError> {
+    if prompt_len == 0 {
+        return Err(ApiError::bad_request(
+            Some("prompt"),
+            "The prompt is empty.",
+        ));
+    }
+    if prompt_len >= max_len {
+        return Err(ApiError::bad_value(
+            "input_tokens",
+            prompt_len,
+            &format!(
+                "This model's maximum context length is {max_len} tokens. However, your prompt contains at least {prompt_len} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
+            ),
+        ));
+    }
+    if let Some(m) = req.max_tokens {
+        if m > max_len {
+            return Err(ApiError::bad_value(
+                "max_tokens",
+                m,
+                &format!("max_tokens={m} cannot be greater than max_model_len={max_len}. Please request fewer output tokens."),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// One replica of the fleet.
 #[derive(Debug)]
@@ -34,16 +64,64 @@ pub struct Replica {
     pub tokenizer: Arc<Tokenizer>,
     pub default_max_tokens: usize,
     pub created: u64,
+    /// SGLang P/D: matched against a request's `bootstrap_port`.
+    pub bootstrap_port: u16,
+    /// SGLang P/D: how long a decode waits for its prefill.
+    pub bootstrap_timeout: Duration,
+    /// SGLang P/D: the rooms of the prefill requests this replica serves.
+    pub rooms: Rooms,
     wake: Notify,
     origin: Instant,
     requests: AtomicU64,
 }
 
-/// A request admitted to the engine: its outputs arrive on `rx`.
+/// A request admitted to the engine: its outputs arrive through [`Admitted::recv`].
 pub struct Admitted {
-    pub rx: mpsc::UnboundedReceiver<Output>,
+    rx: mpsc::UnboundedReceiver<Output>,
     pub prompt_tokens: usize,
-    pub prefill_only: bool,
+    /// vLLM P/D prefill (`do_remote_decode`): the answer carries `kv_transfer_params`.
+    pub nixl_prefill: bool,
+    /// SGLang P/D prefill: told when the prefill is done, for the decode waiting on it.
+    room: Option<PrefillTicket>,
+}
+
+impl Admitted {
+    /// The next output; `None` once the engine dropped the request.
+    pub async fn recv(&mut self) -> Option<Output> {
+        let o = self.rx.recv().await;
+        self.observe(o.as_ref());
+        o
+    }
+
+    /// The next output if one is there already.
+    pub fn try_recv(&mut self) -> Option<Output> {
+        let o = self.rx.try_recv().ok()?;
+        self.observe(Some(&o));
+        Some(o)
+    }
+
+    /// Reports the end of an SGLang prefill as soon as the engine says it, before the client
+    /// is answered: the decode should not wait for a slow (or gone) client.
+    fn observe(&mut self, o: Option<&Output>) {
+        match o {
+            Some(Output::Token { .. }) => {}
+            Some(Output::Done(s)) => {
+                if let Some(t) = self.room.take() {
+                    t.ready(s.prefill_blocks.as_ref().map_or(0, |(_, h)| h.len()));
+                }
+            }
+            Some(Output::Error(e)) => {
+                if let Some(t) = self.room.take() {
+                    t.fail(e.clone());
+                }
+            }
+            None => {
+                if let Some(t) = self.room.take() {
+                    t.fail("the engine dropped the request");
+                }
+            }
+        }
+    }
 }
 
 impl Replica {
@@ -57,6 +135,7 @@ impl Replica {
         faults: FaultState,
         default_max_tokens: usize,
         publish_events: bool,
+        bootstrap: BootstrapConfig,
     ) -> Self {
         Replica {
             index,
@@ -71,6 +150,9 @@ impl Replica {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            bootstrap_port: bootstrap.port,
+            bootstrap_timeout: bootstrap.timeout,
+            rooms: Rooms::new(bootstrap.timeout, MAX_ROOMS),
             wake: Notify::new(),
             origin: Instant::now(),
             requests: AtomicU64::new(0),
@@ -108,45 +190,39 @@ impl Replica {
         }
     }
 
-    /// Validates a request and queues it in the engine. `remote` says how many leading prompt
-    /// blocks a P/D pull provides (checked by the caller).
+    /// Checks a request against the model's limits, as vLLM does before it queues one.
+    pub fn validate(&self, req: &GenerateRequest, prompt_len: usize) -> Result<(), ApiError> {
+        let max_len = self.engine.lock().config().max_model_len;
+        check_limits(req, prompt_len, max_len)
+    }
+
+    /// Validates a request and queues it in the engine. `remote_blocks` says how many leading
+    /// prompt blocks a P/D transfer provides (checked by the caller); `room` makes it the
+    /// prefill side of an SGLang pair.
     pub fn admit(
         &self,
         req: &GenerateRequest,
         tokens: Vec<u32>,
         remote_blocks: usize,
+        room: Option<PrefillTicket>,
     ) -> Result<Admitted, ApiError> {
+        let prompt_len = tokens.len();
         let (max_len, bs) = {
             let e = self.engine.lock();
             (e.config().max_model_len, e.config().block_size)
         };
-        let prompt_len = tokens.len();
-        if prompt_len == 0 {
-            return Err(ApiError::bad_request(
-                Some("prompt"),
-                "The prompt is empty.",
-            ));
-        }
-        if prompt_len >= max_len {
-            return Err(ApiError::bad_value(
-                "input_tokens",
-                prompt_len,
-                &format!(
-                    "This model's maximum context length is {max_len} tokens. However, your prompt contains at least {prompt_len} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
-                ),
-            ));
-        }
-        if let Some(m) = req.max_tokens {
-            if m > max_len {
-                return Err(ApiError::bad_value(
-                    "max_tokens",
-                    m,
-                    &format!("max_tokens={m} cannot be greater than max_model_len={max_len}. Please request fewer output tokens."),
-                ));
+        if let Err(e) = check_limits(req, prompt_len, max_len) {
+            if let Some(t) = room {
+                t.fail(e.message.clone());
             }
+            return Err(e);
         }
-        let kv = req.kv_transfer_params.as_ref();
-        let prefill_only = kv.is_some_and(|k| k.do_remote_decode);
+        let nixl_prefill = req
+            .kv_transfer_params
+            .as_ref()
+            .is_some_and(|k| k.do_remote_decode);
+        // SGLang's prefill server, like vLLM's with do_remote_decode, generates one token.
+        let prefill_only = nixl_prefill || room.is_some();
         // Hash outside the engine's lock: it is the costliest per-token work.
         let mut hashes = Vec::with_capacity(prompt_len / bs + 1);
         extend_hashes(&mut hashes, &tokens, bs);
@@ -170,7 +246,8 @@ impl Replica {
         Ok(Admitted {
             rx,
             prompt_tokens: prompt_len,
-            prefill_only,
+            nixl_prefill,
+            room,
         })
     }
 

@@ -1,14 +1,18 @@
 //! What the integration tests of several crates share (router, simulator, cluster tests): a
 //! plain HTTP/1 client over loopback that returns the whole reply, or a readable error,
-//! always within a time limit. Used only by tests.
+//! always within a time limit; and a [`Recorder`], a server that keeps every request it gets,
+//! for tests about the exact bytes a proxy sends. Used only by tests.
 #![forbid(unsafe_code)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A fresh client (no connection reuse between calls, so tests stay independent).
@@ -96,6 +100,63 @@ pub async fn send(
         .map_err(|_| format!("timed out after {limit:?}"))?
 }
 
+/// A server that records every request (head and body) and answers its n-th request (from 0)
+/// with `answer(n)` (status, JSON body), after `delay`. The request is recorded on arrival,
+/// before the delay.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    seen: Arc<Mutex<Vec<(http::request::Parts, Bytes)>>>,
+}
+
+impl Recorder {
+    /// Listen on a loopback port chosen by the OS, until the runtime ends.
+    pub async fn start(&self, answer: fn(usize) -> (u16, String), delay: Duration) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = self.seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let (head, body) = req.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes();
+                            let n = {
+                                let mut s = seen.lock().unwrap();
+                                s.push((head, body));
+                                s.len() - 1
+                            };
+                            tokio::time::sleep(delay).await;
+                            let (status, text) = answer(n);
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder()
+                                    .status(status)
+                                    .header("content-type", "application/json")
+                                    .body(Full::new(Bytes::from(text)))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<(http::request::Parts, Bytes)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
 /// The sum of the Prometheus series named `name` whose labels include every `k="v"` of
 /// `labels` (0 when there is none).
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -111,6 +172,27 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// A [`Recorder`] answer: a prefill engine's one-token answer with the `kv_transfer_params`
+/// of vLLM's NIXL connector (fixed values, for tests that check they are passed on unchanged).
+pub fn nixl_prefill_answer(_: usize) -> (u16, String) {
+    (
+        200,
+        serde_json::json!({"id": "cmpl-p", "choices": [{"text": "x", "index": 0}],
+               "kv_transfer_params": {"do_remote_prefill": true, "do_remote_decode": false,
+               "remote_engine_id": "engine-7", "remote_block_ids": [5, 6, 7],
+               "remote_host": "10.0.0.9", "remote_port": 5600, "tp_size": 1}})
+        .to_string(),
+    )
+}
+
+/// A [`Recorder`] answer: a plain completion.
+pub fn completion_answer(_: usize) -> (u16, String) {
+    (
+        200,
+        serde_json::json!({"id": "cmpl-d", "choices": [{"text": "hello", "index": 0}]}).to_string(),
+    )
 }
 
 #[cfg(test)]

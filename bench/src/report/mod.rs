@@ -86,7 +86,7 @@ impl Loaded {
 }
 
 /// Suites in the order the report lists them; others follow alphabetically.
-const SUITE_ORDER: [&str; 4] = ["sim", "sim-idle", "vllm-cpu", "independent"];
+const SUITE_ORDER: [&str; 5] = ["sim", "sim-idle", "pd", "vllm-cpu", "independent"];
 
 /// What a known suite is, said once above its tables.
 fn suite_about(suite: &str) -> Option<&'static str> {
@@ -100,6 +100,11 @@ fn suite_about(suite: &str) -> Option<&'static str> {
                        The oracle is approximate: the engine's tokenizer is not the simulator's, so its blocks are \
                        scaled by the measured bytes per token.",
         "independent" => "`bench/independent.sh`: warmpath-bench's own runs for the comparison with guidellm below.",
+        "pd" => "`bench/pd.sh`: prefill/decode disaggregation on one simulated fleet (8 replicas; P/D systems use 4 \
+                 as a prefill pool and 4 as a decode pool, pulling KV blocks at 0.2 ms each), open loop: \
+                 `unified` is warmpath's `prefix` over all 8, `pd-nixl-T` warmpath splitting from T uncached \
+                 tokens with vLLM's NIXL protocol, `pd-sglang` with SGLang's bootstrap protocol, `sglang-pd` \
+                 the SGLang gateway in its PD mode, `sglang-unified` the gateway's cache_aware over all 8.",
         "sim-idle" => "`bench/compare.sh` (`IDLE_SYSTEMS`): the plumbing alone. One request at a time, 128-token \
                        prompts that share nothing, 8 tokens out, against the same simulated fleet and against its \
                        first replica directly (`direct`): the TTFT a router or gateway adds to an idle request, \

@@ -326,14 +326,14 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
             String::new()
         };
         let _ = writeln!(md, "Closed loop, {c} requests in flight{counted}:\n");
-        md.push_str("| run | seeds | ok | errors | req/s | out tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | E2E p90 ms | hit rate | Belady | LRU, perfect placement | infinite | hit / Belady |\n");
+        md.push_str("| run | seeds | ok | errors | req/s | out tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | E2E p90 ms | hit rate | Belady | LRU, perfect placement | infinite | hit / Belady |\n");
         md.push_str(
-            "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &closed {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.label(),
                 p.runs.len(),
                 p.total(|r| r.result.counts.ok),
@@ -347,6 +347,7 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
                 est(p.estimate(|r| r.result.latency_ms.ttft.p90), 1),
                 est(p.estimate(|r| r.result.latency_ms.ttft.p99), 1),
                 est(p.estimate(|r| r.result.latency_ms.itl.p50), 1),
+                est(p.estimate(|r| r.result.latency_ms.itl.p99), 1),
                 est(p.estimate(|r| r.result.latency_ms.e2e.p90), 1),
                 hit_cells(p),
                 est(p.estimate(hit_over_oracle), 3),
@@ -386,12 +387,12 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
     }
     if !open.is_empty() {
         md.push_str("Open loop (Poisson arrivals, or on/off bursts of the same mean rate where said), by offered rate:\n\n");
-        md.push_str("| run | seeds | offered req/s | achieved req/s | kept up | errors | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | hit rate | Belady | LRU, perfect placement | infinite |\n");
-        md.push_str("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        md.push_str("| run | seeds | offered req/s | achieved req/s | kept up | errors | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | hit rate | Belady | LRU, perfect placement | infinite |\n");
+        md.push_str("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for p in &open {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.label(),
                 p.runs.len(),
                 offered(p),
@@ -401,6 +402,8 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
                 est(p.estimate(|r| r.result.latency_ms.ttft.p50), 1),
                 est(p.estimate(|r| r.result.latency_ms.ttft.p90), 1),
                 est(p.estimate(|r| r.result.latency_ms.ttft.p99), 1),
+                est(p.estimate(|r| r.result.latency_ms.itl.p50), 1),
+                est(p.estimate(|r| r.result.latency_ms.itl.p99), 1),
                 hit_cells(p),
             );
         }

@@ -53,6 +53,19 @@ pub fn choose(
     let all = table
         .candidates(&features.model)
         .ok_or_else(|| ApiError::unknown_model(&features.model))?;
+    choose_among(index, table, all, features, exclude, seed)
+}
+
+/// Pick one of `all` for `features` (the serving candidates, or the prefill candidates of a
+/// split), skipping `exclude`, and record the choice in the index.
+pub fn choose_among(
+    index: &parking_lot::Mutex<RouterIndex>,
+    table: &Table,
+    all: &[Candidate],
+    features: &crate::request::RequestFeatures,
+    exclude: &[ReplicaId],
+    seed: u64,
+) -> Result<Routed, ApiError> {
     let now = Instant::now();
     let ready: Vec<&Candidate> = all
         .iter()
@@ -132,13 +145,18 @@ pub struct ChooseLayer {
     shared: Arc<ChooseState>,
 }
 
-struct ChooseState {
+pub(super) struct ChooseState {
     index: SharedIndex,
     metrics: Arc<Metrics>,
     seed: AtomicU64,
 }
 
 impl ChooseLayer {
+    /// What the choice needs, shared with the P/D layer (which chooses prefill replicas).
+    pub(super) fn state(&self) -> Arc<ChooseState> {
+        self.shared.clone()
+    }
+
     pub fn new(index: SharedIndex, metrics: Arc<Metrics>) -> Self {
         Self {
             shared: Arc::new(ChooseState {
@@ -151,9 +169,13 @@ impl ChooseLayer {
 }
 
 impl ChooseState {
+    pub(super) fn index(&self) -> &SharedIndex {
+        &self.index
+    }
+
     /// A per-request random value for the scheduler's tie-breaks: SplitMix64 of a counter,
     /// cheap and distinct across requests.
-    fn next_seed(&self) -> u64 {
+    pub(super) fn next_seed(&self) -> u64 {
         let at = self
             .seed
             .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
@@ -221,6 +243,9 @@ where
         Either::Right(self.inner.call(Chosen {
             request: attempt.request,
             routed,
+            body: None,
+            prefill_replica: None,
+            prefiller: None,
         }))
     }
 }

@@ -21,6 +21,8 @@ use tower::Service;
 
 pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-warmpath-replica");
 pub const DECISION_HEADER: HeaderName = HeaderName::from_static("x-warmpath-decision");
+/// llm-d's header naming the prefill replica to a decode pod's P/D sidecar.
+pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
 
 /// Why forwarding failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +62,7 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 /// Drop hop-by-hop headers (and `host`, when asked) in place. The map is moved or cloned whole
 /// rather than rebuilt entry by entry: most messages carry none of these, and a look costs
 /// less than re-inserting every header.
-fn strip_hop_by_hop(headers: &mut HeaderMap, host_too: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, host_too: bool) {
     let is_hop =
         |name: &HeaderName| HOP_BY_HOP.contains(name) || (host_too && name == header::HOST);
     if headers.keys().any(is_hop) {
@@ -140,7 +142,15 @@ impl Service<Chosen> for Forward {
             let read = &chosen.request.parsed.read;
             let timeouts = read.ctx.table.config.timeouts;
             let forwarded = Instant::now();
-            let upstream = send(&replica, &read.head, read.body.clone(), &timeouts).await?;
+            let body = chosen.body.clone().unwrap_or_else(|| read.body.clone());
+            let upstream = match &chosen.prefiller {
+                None => send(&replica, &read.head, body, &timeouts).await?,
+                Some(prefiller) => {
+                    let mut head = read.head.clone();
+                    head.headers.insert(PREFILLER_HEADER, prefiller.clone());
+                    send(&replica, &head, body, &timeouts).await?
+                }
+            };
             Ok(respond(upstream, chosen, forwarded, metrics))
         })
     }
@@ -164,7 +174,12 @@ fn respond(
     metrics: Arc<Metrics>,
 ) -> Response<RespBody> {
     let (up, pooled) = upstream.into_parts();
-    let Chosen { request, routed } = chosen;
+    let Chosen {
+        request,
+        routed,
+        prefill_replica,
+        ..
+    } = chosen;
     let ctx = request.ctx();
     let config = &ctx.table.config;
     let mut resp = Response::new(RespBody::default());
@@ -195,8 +210,9 @@ fn respond(
     let started = ctx.started;
     let idle = config.timeouts.idle();
     // TTFT is learned from streams only: a non-streamed body arrives after the whole
-    // generation, which is not TTFT.
-    let learn_ttft = request.features().stream && status < 300;
+    // generation, which is not TTFT. Nor is a split request's first token this replica's
+    // prefill: it was computed elsewhere.
+    let learn_ttft = request.features().stream && status < 300 && prefill_replica.is_none();
     let route = routed.candidate.metrics.clone();
     let replica = routed.candidate.replica.clone();
     let (prefill_tokens, queued_ahead) = (routed.prefill_tokens, routed.queued_ahead);

@@ -9,7 +9,7 @@
 //!    Admission     flow control's seam: admit, queue or refuse    (429)
 //!    Retry         another replica after a refused connection, before any byte was sent
 //!    Choose        prefix index + scheduler → one replica         (503)
-//!    Pd            prefill/decode split's seam
+//!    Pd            prefill/decode split: a prefill replica first, when it pays
 //!    PassiveHealth ejects replicas that refuse connections
 //!    Forward       pooled upstream connection; the answer streams back through body
 //!                  wrappers (`crate::body`): idle timeout, first chunk, accounting
@@ -50,7 +50,6 @@ use tower::ServiceBuilder;
 use warmpath_routing::ReplicaId;
 
 pub use admission::{Admission, AdmitAll};
-pub use pd::{NoSplit, PdPolicy};
 
 /// The future of a stage that awaits something of its own (the body, the replica): two per
 /// request. The other stages return the next stage's future as it is (`Either`) or wrap it in a
@@ -119,6 +118,12 @@ pub struct Attempt {
 pub struct Chosen {
     pub request: Arc<Admitted>,
     pub routed: choose::Routed,
+    /// The body sent instead of the client's (a P/D split's decode request).
+    pub body: Option<Bytes>,
+    /// The prefill replica of a split request.
+    pub prefill_replica: Option<String>,
+    /// `x-prefiller-host-port` for a decode replica's P/D sidecar.
+    pub prefiller: Option<HeaderValue>,
 }
 
 /// A request that was not served: the answer, and the model label its metric carries (empty
@@ -170,7 +175,6 @@ pub struct StackParts {
     pub index: SharedIndex,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
-    pub pd: Arc<dyn PdPolicy>,
 }
 
 /// The whole API stack for requests with body type `B`.
@@ -188,16 +192,14 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    let choose = choose::ChooseLayer::new(parts.index.clone(), parts.metrics.clone());
     let proxy = ServiceBuilder::new()
         .layer(read_body::ReadBodyLayer)
         .layer(parse::ParseLayer)
         .layer(admission::AdmissionLayer::new(parts.admission.clone()))
         .layer(retry::RetryLayer::default())
-        .layer(choose::ChooseLayer::new(
-            parts.index.clone(),
-            parts.metrics.clone(),
-        ))
-        .layer(pd::PdLayer::new(parts.pd.clone()))
+        .layer(choose.clone())
+        .layer(pd::PdLayer::new(choose.state(), parts.metrics.clone()))
         .layer(passive_health::PassiveHealthLayer::new(
             parts.index.clone(),
             parts.metrics.clone(),

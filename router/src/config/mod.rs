@@ -53,6 +53,9 @@ pub struct Config {
     pub health: HealthConfig,
     #[serde(default)]
     pub response_headers: ResponseHeadersConfig,
+    /// The prefill/decode split (used when a model has pools with role `prefill`).
+    #[serde(default)]
+    pub pd: PdConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -93,10 +96,13 @@ pub struct ReplicaConfig {
     pub name: String,
     /// `http://host:port` of the engine's OpenAI-compatible server.
     pub url: String,
+    /// SGLang P/D: this prefill server's bootstrap port, when not `pd.bootstrap_port`.
+    #[serde(default)]
+    pub bootstrap_port: Option<u16>,
 }
 
-/// What a pool does in a prefill/decode split. Only `both` and `decode` pools answer requests
-/// today; `prefill` pools are accepted so configurations written for the P/D split stay valid.
+/// What a pool does in a prefill/decode split. `both` and `decode` pools answer requests;
+/// `prefill` pools only compute prompts for them (see [`PdConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -113,6 +119,70 @@ pub enum Engine {
     #[default]
     Vllm,
     Sglang,
+}
+
+/// How a split request's KV cache gets from the prefill replica to the decode replica: the
+/// protocol the engines speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Connector {
+    /// vLLM's NIXL connector, as llm-d's sidecar drives it: a one-token prefill request whose
+    /// answer's `kv_transfer_params` go into the decode request.
+    #[default]
+    Nixl,
+    /// SGLang's: one body with `bootstrap_host`/`bootstrap_port`/`bootstrap_room`, sent to both
+    /// at once.
+    Sglang,
+    /// The decode replicas run a P/D sidecar (`warmpath-router sidecar`, or llm-d's routing
+    /// sidecar): the request goes to the decode replica with `x-prefiller-host-port` naming the
+    /// chosen prefill replica, and the sidecar runs both legs next to its engine.
+    Sidecar,
+}
+
+/// What happens to a split request whose prefill could not be done on any prefill replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillFailure {
+    /// The decode replica prefills the prompt itself (slower, but answered).
+    #[default]
+    Decode,
+    /// The client gets the error (502).
+    Fail,
+}
+
+/// The prefill/decode split. A request for a model with `prefill` pools is split when the
+/// part of its prompt that the chosen decode replica does not hold (by the prefix index) is at
+/// least `threshold_tokens`; otherwise the decode replica serves all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PdConfig {
+    /// Uncached prompt tokens (on the chosen decode replica) from which a request is split.
+    /// Below it the KV transfer and the second hop cost more than the prefill saves.
+    pub threshold_tokens: u32,
+    pub connector: Connector,
+    /// Prefill replicas tried per request; the next one only after a refused connection or a
+    /// 502/503/504 answer (nothing was computed).
+    pub prefill_attempts: u32,
+    pub on_prefill_failure: PrefillFailure,
+    /// SGLang: the prefill servers' bootstrap port (SGLang's default 8998), unless a replica
+    /// names its own.
+    pub bootstrap_port: u16,
+    /// The longest a prefill leg may take, answer included; then it counts as failed (and
+    /// `on_prefill_failure` applies) instead of waiting for the engine's own timeout.
+    pub prefill_timeout_ms: u64,
+}
+
+impl Default for PdConfig {
+    fn default() -> Self {
+        Self {
+            threshold_tokens: 512,
+            connector: Connector::Nixl,
+            prefill_attempts: 2,
+            on_prefill_failure: PrefillFailure::Decode,
+            bootstrap_port: 8998,
+            prefill_timeout_ms: 60_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -347,6 +417,42 @@ impl Config {
                     return Err((rp.key("url"), msg));
                 }
             }
+        }
+        // A prefill pool only helps models that some pool decodes.
+        for (p, pool) in self.pools.iter().enumerate() {
+            if pool.role != Role::Prefill {
+                continue;
+            }
+            for (m, model) in pool.models.iter().enumerate() {
+                let decoded = self
+                    .pools
+                    .iter()
+                    .any(|q| q.role != Role::Prefill && q.models.contains(model));
+                if !decoded {
+                    return Err((
+                        root.key("pools").index(p).key("models").index(m),
+                        format!("no `decode` or `both` pool serves `{model}`, so nothing would decode what this prefill pool computes"),
+                    ));
+                }
+            }
+        }
+        if self.pd.prefill_attempts == 0 {
+            return Err((
+                root.key("pd").key("prefill_attempts"),
+                "must be >= 1".to_owned(),
+            ));
+        }
+        if self.pd.prefill_timeout_ms == 0 {
+            return Err((
+                root.key("pd").key("prefill_timeout_ms"),
+                "must be > 0".to_owned(),
+            ));
+        }
+        if self.pd.bootstrap_port == 0 {
+            return Err((
+                root.key("pd").key("bootstrap_port"),
+                "must be a port number (1-65535)".to_owned(),
+            ));
         }
         core_check(root.key("scheduling"), self.scheduling.validate())?;
         core_check(root.key("predictor"), self.predictor.validate())?;

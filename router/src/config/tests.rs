@@ -28,6 +28,26 @@ fn example_config_parses() {
 }
 
 #[test]
+fn the_pd_example_parses() {
+    let c = Config::parse(include_str!("../../../examples/pd/static.yaml")).unwrap();
+    assert_eq!(c.pools[0].role, Role::Prefill);
+    assert_eq!(c.pools[1].role, Role::Decode);
+    assert_eq!(c.pd.connector, super::Connector::Nixl);
+    assert_eq!(c.pd.threshold_tokens, 512);
+    // The Helm example's `pd` block is the router's own.
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../../examples/pd/values.yaml")).unwrap();
+    let pd = serde_yaml::to_string(&values["router"]["config"]["pd"]).unwrap();
+    let with = format!("{MINIMAL}pd:\n{}", indent(&pd));
+    let c = Config::parse(&with).unwrap_or_else(|e| panic!("{e}\n{with}"));
+    assert_eq!(c.pd.connector, super::Connector::Sidecar);
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+#[test]
 fn defaults_fill_everything_but_pools() {
     let c = Config::parse(MINIMAL).unwrap();
     assert_eq!(c.pools[0].role, Role::Both);

@@ -6,11 +6,15 @@
 
 mod kubernetes;
 mod labels;
+mod pd;
 mod route;
+mod sidecar;
 
 pub use kubernetes::KubernetesMetrics;
 pub use labels::*;
+pub use pd::{PdDecisionLabels, PdFailureLabels, PdMetrics};
 pub use route::RouteMetrics;
+pub use sidecar::{SidecarFailureLabels, SidecarMetrics, SidecarOutcomeLabels};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -49,6 +53,7 @@ pub struct Metrics {
     pub scrapes: Family<ResultLabels, Counter>,
     pub config_reloads: Family<ResultLabels, Counter>,
     pub kubernetes: KubernetesMetrics,
+    pub pd: PdMetrics,
 }
 
 impl Default for Metrics {
@@ -184,6 +189,7 @@ impl Metrics {
             config_reloads.clone(),
         );
         let kubernetes = KubernetesMetrics::register(&mut registry);
+        let pd = PdMetrics::register(&mut registry);
         Self {
             registry,
             requests,
@@ -207,6 +213,7 @@ impl Metrics {
             scrapes,
             config_reloads,
             kubernetes,
+            pd,
         }
     }
 

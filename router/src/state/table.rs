@@ -28,6 +28,8 @@ pub struct Table {
     pub config: Arc<Config>,
     /// Serving candidates per model (pools with role `both` or `decode`).
     models: HashMap<String, Arc<[Candidate]>>,
+    /// Prefill candidates per model (pools with role `prefill`), for the P/D split.
+    prefill: HashMap<String, Arc<[Candidate]>>,
     pub scheduler: Scheduler,
     pub hasher: BlockHasher,
     /// `/v1/models` answer, rendered once.
@@ -39,6 +41,7 @@ impl Table {
     /// Build from a validated configuration; replicas come from `registry` (already synced).
     pub fn build(config: Arc<Config>, registry: &ReplicaRegistry, metrics: &Metrics) -> Self {
         let mut models: HashMap<String, Vec<Candidate>> = HashMap::new();
+        let mut prefill: HashMap<String, Vec<Candidate>> = HashMap::new();
         let mut model_names: Vec<&str> = Vec::new();
         for pool in &config.pools {
             let pool_name: Arc<str> = Arc::from(pool.name.as_str());
@@ -46,10 +49,11 @@ impl Table {
                 if !model_names.contains(&model.as_str()) {
                     model_names.push(model);
                 }
-                let entry = models.entry(model.clone()).or_default();
-                if pool.role == Role::Prefill {
-                    continue;
-                }
+                models.entry(model.clone()).or_default();
+                let entry = match pool.role {
+                    Role::Prefill => prefill.entry(model.clone()).or_default(),
+                    Role::Decode | Role::Both => models.entry(model.clone()).or_default(),
+                };
                 for r in &pool.replicas {
                     if let Some(state) = registry.get(&r.name) {
                         entry.push(Candidate {
@@ -77,6 +81,11 @@ impl Table {
             Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string());
         Self {
             models: models.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            prefill: prefill
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k, v.into()))
+                .collect(),
             scheduler: Scheduler::new(config.scheduling.clone()),
             hasher: BlockHasher::new(config.index.block_bytes),
             models_json,
@@ -88,6 +97,23 @@ impl Table {
     /// Candidates for a model (ready or not), or `None` when no pool serves it.
     pub fn candidates(&self, model: &str) -> Option<&Arc<[Candidate]>> {
         self.models.get(model)
+    }
+
+    /// SGLang P/D: the bootstrap port of a prefill replica.
+    pub fn bootstrap_port(&self, replica: &str) -> u16 {
+        self.config
+            .pools
+            .iter()
+            .filter(|p| p.role == Role::Prefill)
+            .flat_map(|p| &p.replicas)
+            .find(|r| r.name == replica)
+            .and_then(|r| r.bootstrap_port)
+            .unwrap_or(self.config.pd.bootstrap_port)
+    }
+
+    /// Prefill candidates for a model (ready or not), or `None` when it is not split.
+    pub fn prefill_candidates(&self, model: &str) -> Option<&Arc<[Candidate]>> {
+        self.prefill.get(model)
     }
 
     pub fn serves(&self, model: &str) -> bool {

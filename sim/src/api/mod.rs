@@ -13,7 +13,8 @@ mod response;
 mod tests;
 
 pub use request::{
-    parse_chat, parse_completion, parse_tokenize, GenerateRequest, Input, KvTransferParams,
+    parse_chat, parse_completion, parse_tokenize, Bootstrap, GenerateRequest, Input,
+    KvTransferParams,
 };
 pub use response::{
     chat_role_chunk, full_response, models, sse, token_chunk, usage, usage_chunk, Meta,

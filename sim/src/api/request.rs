@@ -96,6 +96,79 @@ impl KvTransferParams {
     }
 }
 
+/// SGLang's P/D pairing fields, top-level in the body: the prefill server's bootstrap endpoint
+/// and the room pairing one prefill request with one decode request (see [`crate::bootstrap`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bootstrap {
+    pub host: String,
+    pub port: u16,
+    pub room: u64,
+}
+
+impl Bootstrap {
+    /// SGLang's default bootstrap port (`--disaggregation-bootstrap-port`), assumed when a
+    /// request names a host and a room but no port.
+    pub const DEFAULT_PORT: u16 = 8998;
+
+    fn parse(m: &Map<String, Value>) -> Result<Option<Self>, ApiError> {
+        let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+        let (host, port, room) = (
+            get("bootstrap_host"),
+            get("bootstrap_port"),
+            get("bootstrap_room"),
+        );
+        if host.is_none() && port.is_none() && room.is_none() {
+            return Ok(None);
+        }
+        let host = match host {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::String(_)) | None => {
+                return Err(ApiError::bad_request(
+                    Some("bootstrap_host"),
+                    "bootstrap_host (the prefill server's host) is required with bootstrap_port and bootstrap_room",
+                ))
+            }
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "body.bootstrap_host",
+                    "string_type",
+                    "Input should be a valid string",
+                ))
+            }
+        };
+        let port = match port {
+            None => Self::DEFAULT_PORT,
+            Some(v) => v
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        Some("bootstrap_port"),
+                        "bootstrap_port must be a port number",
+                    )
+                })?,
+        };
+        let room = match room {
+            Some(v) => v.as_u64().ok_or_else(|| {
+                ApiError::bad_request(
+                    Some("bootstrap_room"),
+                    // SGLang also takes a list (one room per prompt of a batch); the simulator
+                    // serves one prompt per request.
+                    "bootstrap_room must be one non-negative integer",
+                )
+            })?,
+            None => {
+                return Err(ApiError::bad_request(
+                    Some("bootstrap_room"),
+                    "bootstrap_room (pairing the prefill and decode requests) is required with bootstrap_host",
+                ))
+            }
+        };
+        Ok(Some(Bootstrap { host, port, room }))
+    }
+}
+
 /// A parsed `/v1/completions` or `/v1/chat/completions` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
@@ -106,6 +179,8 @@ pub struct GenerateRequest {
     pub include_usage: bool,
     pub seed: Option<u64>,
     pub kv_transfer_params: Option<KvTransferParams>,
+    /// SGLang P/D: set when the body carries `bootstrap_host`/`bootstrap_port`/`bootstrap_room`.
+    pub bootstrap: Option<Bootstrap>,
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -202,6 +277,20 @@ fn parse_common(
             ));
         }
     }
+    let kv_transfer_params =
+        KvTransferParams::parse(m.get("kv_transfer_params").unwrap_or(&Value::Null))?;
+    let bootstrap = Bootstrap::parse(m)?;
+    if bootstrap.is_some()
+        && kv_transfer_params
+            .as_ref()
+            .is_some_and(|k| k.do_remote_decode || k.do_remote_prefill)
+    {
+        // Two P/D protocols at once would make the request both sides of two transfers.
+        return Err(ApiError::bad_request(
+            Some("kv_transfer_params"),
+            "kv_transfer_params (vLLM P/D) and bootstrap_* fields (SGLang P/D) cannot be combined",
+        ));
+    }
     Ok(GenerateRequest {
         model,
         input,
@@ -209,9 +298,8 @@ fn parse_common(
         stream: opt_bool(m, "stream")?,
         include_usage,
         seed: opt_uint(m, "seed")?,
-        kv_transfer_params: KvTransferParams::parse(
-            m.get("kv_transfer_params").unwrap_or(&Value::Null),
-        )?,
+        kv_transfer_params,
+        bootstrap,
     })
 }
 

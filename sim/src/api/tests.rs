@@ -61,3 +61,47 @@ fn kv_transfer_params_round_trip() {
     .unwrap();
     assert_eq!(again.kv_transfer_params.unwrap(), kv);
 }
+
+#[test]
+fn bootstrap_fields_parse_with_sglangs_default_port() {
+    let r = parse_completion(br#"{"prompt":"x"}"#).unwrap();
+    assert_eq!(r.bootstrap, None);
+    let r = parse_chat(br#"{"messages":[{"role":"user","content":"a"}],"bootstrap_host":"10.0.0.1","bootstrap_port":9001,"bootstrap_room":9223372036854775807}"#).unwrap();
+    assert_eq!(
+        r.bootstrap,
+        Some(Bootstrap {
+            host: "10.0.0.1".into(),
+            port: 9001,
+            room: (1 << 63) - 1
+        })
+    );
+    let r = parse_completion(
+        br#"{"prompt":"x","bootstrap_host":"h","bootstrap_port":null,"bootstrap_room":1}"#,
+    )
+    .unwrap();
+    assert_eq!(r.bootstrap.unwrap().port, 8998);
+    for (bad, param) in [
+        (r#""bootstrap_room":1"#, "bootstrap_host"),
+        (r#""bootstrap_host":"h""#, "bootstrap_room"),
+        (
+            r#""bootstrap_host":"h","bootstrap_room":[1,2]"#,
+            "bootstrap_room",
+        ),
+        (
+            r#""bootstrap_host":"h","bootstrap_room":1,"bootstrap_port":70000"#,
+            "bootstrap_port",
+        ),
+        (
+            r#""bootstrap_host":"h","bootstrap_room":1,"kv_transfer_params":{"do_remote_decode":true}"#,
+            "kv_transfer_params",
+        ),
+    ] {
+        let body = format!(r#"{{"prompt":"x",{bad}}}"#);
+        let e = parse_completion(body.as_bytes()).unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.param.as_deref()),
+            (400, Some(param)),
+            "{bad}"
+        );
+    }
+}

@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
 use super::pd::{pd_params, remote_blocks};
+use super::sglang::{pair, Pairing};
 use super::{check_model, error_response, full, read_body, Body, Ctx};
 use crate::api::{self, ApiError, GenerateRequest, Meta};
 use crate::engine::Output;
@@ -64,8 +65,19 @@ pub(super) async fn generate(ctx: &Arc<Ctx>, req: Request<Incoming>, chat: bool)
         let p = parsed?;
         check_model(r, p.model.as_deref())?;
         let tokens = r.tokenize(&p.input)?;
-        let remote = remote_blocks(ctx, &p, &tokens).await?;
-        let a = r.admit(&p, tokens, remote)?;
+        let (remote, room) = match &p.bootstrap {
+            Some(b) => {
+                // A request that cannot run fails before it pairs: a decode would otherwise
+                // wait for its prefill only to be refused.
+                r.validate(&p, tokens.len())?;
+                match pair(ctx, b, &tokens).await? {
+                    Pairing::Prefill(t) => (0, Some(t)),
+                    Pairing::Decode { remote_blocks } => (remote_blocks, None),
+                }
+            }
+            None => (remote_blocks(ctx, &p, &tokens).await?, None),
+        };
+        let a = r.admit(&p, tokens, remote, room)?;
         Ok::<_, ApiError>((p, a))
     }
     .await;
@@ -83,14 +95,14 @@ pub(super) async fn generate(ctx: &Arc<Ctx>, req: Request<Incoming>, chat: bool)
     }
     let mut ids = Vec::new();
     let summary = loop {
-        match a.rx.recv().await {
+        match a.recv().await {
             Some(Output::Token { id }) => ids.push(id),
             Some(Output::Done(s)) => break s,
             Some(Output::Error(e)) => return error_response(&ApiError::internal(e)),
             None => return error_response(&ApiError::internal("the engine dropped the request")),
         }
     };
-    let kv = a.prefill_only.then(|| pd_params(r, &summary));
+    let kv = a.nixl_prefill.then(|| pd_params(r, &summary));
     let meta = Meta {
         id: &id,
         created: r.created,
@@ -149,7 +161,7 @@ fn stream(
             chat,
         };
         let mut out = ChunkSender::new(tx, faults);
-        let mut next = a.rx.recv().await;
+        let mut next = a.recv().await;
         // vLLM sends the role chunk with the engine's first output, not before prefill: a
         // router timing the first chunk measures prefill either way.
         if chat && !out.send(api::chat_role_chunk(&meta)).await {
@@ -160,7 +172,7 @@ fn stream(
                 Some(Output::Token { id: tok }) => {
                     // The engine delivers a request's last token and its summary together: peek
                     // so that the last chunk carries the finish reason, as vLLM's does.
-                    let after = a.rx.try_recv().ok();
+                    let after = a.try_recv();
                     let finish = match &after {
                         Some(Output::Done(s)) => Some(s.finish_reason),
                         _ => None,
@@ -174,7 +186,7 @@ fn stream(
                     }
                     next = match after {
                         Some(o) => Some(o),
-                        None => a.rx.recv().await,
+                        None => a.recv().await,
                     };
                 }
                 Some(Output::Done(s)) => {

@@ -3,11 +3,13 @@
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
 //! `GET /health`, `GET /metrics`, `POST /tokenize`, `GET /version`,
-//! `POST /reset_prefix_cache`, `GET|POST /admin/faults`.
+//! `POST /reset_prefix_cache`, `GET|POST /admin/faults`; between simulator processes (P/D),
+//! `POST /internal/kv_pull` and `POST /internal/sglang_bootstrap`.
 //!
 //! This module routes and holds what every handler shares; generation is in `generate.rs`,
-//! P/D block transfers in `pd.rs`, fault administration in `admin.rs`, the accept loop (and the
-//! refuse-connections fault) in `listen.rs`.
+//! vLLM-style P/D block transfers in `pd.rs`, SGLang-style P/D pairing in `sglang.rs`, fault
+//! administration in `admin.rs`, the accept loop (and the refuse-connections fault) in
+//! `listen.rs`.
 
 use std::convert::Infallible;
 use std::io;
@@ -28,6 +30,7 @@ mod admin;
 mod generate;
 mod listen;
 mod pd;
+mod sglang;
 #[cfg(test)]
 mod tests;
 
@@ -139,6 +142,7 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
         (&Method::POST, "/v1/chat/completions") => generate::generate(&ctx, req, true).await,
         (&Method::POST, "/tokenize") => tokenize(&ctx, req).await,
         (&Method::POST, "/internal/kv_pull") => pd::kv_pull(&ctx, req).await,
+        (&Method::POST, sglang::WAIT_PATH) => sglang::bootstrap_wait(&ctx, req).await,
         (&Method::POST, "/reset_prefix_cache") => {
             let reset = r.engine.lock().reset_prefix_cache();
             if reset {
@@ -168,6 +172,7 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
                 "/v1/chat/completions",
                 "/tokenize",
                 "/internal/kv_pull",
+                sglang::WAIT_PATH,
                 "/reset_prefix_cache",
                 "/admin/faults",
             ];

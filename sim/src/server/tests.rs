@@ -1,5 +1,5 @@
-//! What the handlers decide without a connection: fault patches, model checks, P/D parameters
-//! and the stream faults. Routes over real connections are tested in `sim/tests/`.
+//! What the handlers decide without a connection: fault patches, model checks, P/D parameters,
+//! the side of an SGLang pair a replica takes, and the stream faults. Routes over real connections are tested in `sim/tests/`.
 
 use std::sync::Arc;
 
@@ -11,12 +11,16 @@ use tokio::sync::mpsc;
 
 use super::generate::ChunkSender;
 use super::pd::pd_params;
-use super::{admin_patch, check_model, Body};
+use super::sglang::{pair, Pairing};
+use super::{admin_patch, check_model, Body, Ctx};
+use crate::api::Bootstrap;
+use crate::bootstrap::BootstrapConfig;
 use crate::config::EngineConfig;
 use crate::engine::Summary;
 use crate::faults::FaultState;
 use crate::replica::Replica;
 use crate::tokens::Tokenizer;
+use crate::Fleet;
 
 fn replica(index: usize) -> Arc<Replica> {
     Arc::new(Replica::new(
@@ -28,6 +32,10 @@ fn replica(index: usize) -> Arc<Replica> {
         FaultState::default(),
         16,
         false,
+        BootstrapConfig {
+            port: 8998 + index as u16,
+            ..BootstrapConfig::default()
+        },
     ))
 }
 
@@ -120,4 +128,56 @@ async fn a_gone_client_ends_the_stream() {
     drop(rx);
     let mut out = ChunkSender::new(tx, FaultState::default());
     assert!(!out.send(Bytes::from_static(b"a")).await);
+}
+
+fn ctx(fleet: &Arc<Fleet>, i: usize) -> Arc<Ctx> {
+    Arc::new(Ctx {
+        fleet: fleet.clone(),
+        replica: fleet.replicas[i].clone(),
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    })
+}
+
+#[tokio::test]
+async fn bootstrap_fields_make_the_named_replica_the_prefill_and_others_wait_for_it() {
+    let fleet = Arc::new(Fleet {
+        replicas: vec![replica(0), replica(1)],
+    });
+    let (p, d) = (ctx(&fleet, 0), ctx(&fleet, 1));
+    let tokens: Vec<u32> = (0..40).collect(); // 2 full blocks of 16
+    let b = Bootstrap {
+        host: "127.0.0.1".into(),
+        port: 8998,
+        room: 9,
+    };
+    let decode = {
+        let (d, b, tokens) = (d.clone(), b.clone(), tokens.clone());
+        tokio::spawn(async move { pair(&d, &b, &tokens).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!decode.is_finished());
+    let Ok(Pairing::Prefill(ticket)) = pair(&p, &b, &tokens).await else {
+        panic!("replica 0 is the one named");
+    };
+    ticket.ready(2);
+    match decode.await.unwrap() {
+        Ok(Pairing::Decode { remote_blocks }) => assert_eq!(remote_blocks, 2),
+        _ => panic!("the decode pairs"),
+    }
+
+    // Replica 1 names itself through `localhost` and its own bootstrap port.
+    let mine = Bootstrap {
+        host: "localhost".into(),
+        port: 8999,
+        room: 10,
+    };
+    assert!(matches!(
+        pair(&d, &mine, &tokens).await,
+        Ok(Pairing::Prefill(_))
+    ));
+    // A second prefill of a room is refused.
+    let e = pair(&d, &mine, &tokens).await.err().unwrap();
+    assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(e.message.contains("already has a prefill"), "{}", e.message);
 }

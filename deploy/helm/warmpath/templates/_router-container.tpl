@@ -62,3 +62,59 @@
     - name: warmpath-tmp
       mountPath: /tmp
 {{- end }}
+
+{{/* The P/D sidecar container (router.sidecar.pd.enabled): prefill elsewhere, decode here. */}}
+{{- define "warmpath.router.pdSidecarContainer" -}}
+{{- $pd := .Values.router.sidecar.pd -}}
+- name: warmpath-pd-sidecar
+  image: {{ include "warmpath.image" (dict "image" .Values.router.image "ctx" .) }}
+  imagePullPolicy: {{ .Values.router.image.pullPolicy }}
+  args:
+    - sidecar
+    - --listen
+    - {{ printf "0.0.0.0:%v" $pd.port | quote }}
+    - --admin
+    - {{ printf "0.0.0.0:%v" $pd.adminPort | quote }}
+    - --engine
+    - {{ $pd.engine | quote }}
+    - --on-prefill-failure
+    - {{ $pd.onPrefillFailure | quote }}
+    {{- range $pd.prefillAllow }}
+    - --prefill-allow
+    - {{ . | quote }}
+    {{- end }}
+    {{- range $pd.prefillHosts }}
+    - --prefill-host
+    - {{ . | quote }}
+    {{- end }}
+    {{- range .Values.router.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: RUST_LOG
+      value: {{ .Values.router.logLevel | quote }}
+    {{- with .Values.router.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: pd-http
+      containerPort: {{ $pd.port }}
+      protocol: TCP
+    - name: pd-admin
+      containerPort: {{ $pd.adminPort }}
+      protocol: TCP
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: pd-admin
+    {{- toYaml .Values.router.probes.liveness | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: pd-admin
+    {{- toYaml .Values.router.probes.readiness | nindent 4 }}
+  resources:
+    {{- toYaml .Values.router.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.containerSecurityContext | nindent 4 }}
+{{- end }}

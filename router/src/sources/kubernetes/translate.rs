@@ -111,6 +111,7 @@ pub fn discovered<'a>(
         entry.2.push(ReplicaConfig {
             name: replica_name,
             url: r.spec.url(),
+            bootstrap_port: None,
         });
     }
     // Pools without replicas still name their models: `/v1/models` lists them and requests

@@ -1,0 +1,359 @@
+//! The sidecar's request path: read the body (bounded), then either proxy to the local engine
+//! or, for a completion that names an allowed prefill host, run the NIXL prefill there and the
+//! decode here.
+//!
+//! Everything a request does runs inside the one future hyper polls for it: no leg is spawned.
+//! A client that goes away drops that future, and with it the prefill request in flight (its
+//! connection is closed) and the decode request that would have followed.
+
+use super::guard::{PrefillTarget, TargetError};
+use super::{EngineUrl, SidecarTimeouts, UpstreamClient};
+use crate::api::forward::strip_hop_by_hop;
+use crate::api::pd::nixl::{self, NixlError};
+use crate::api::read_body::read_body;
+use crate::body::IdleTimeout;
+use crate::config::PrefillFailure;
+use crate::errors::{ApiError, RespBody};
+use crate::metrics::SidecarMetrics;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde_json::{Map, Value};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The header an llm-d-style scheduler names the prefill pod with.
+pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// A prefill answer larger than this is not a one-token answer.
+const MAX_PREFILL_ANSWER: usize = 1 << 20;
+
+/// The paths whose requests are split; the NIXL bodies are those of the OpenAI completion APIs.
+const SPLIT_PATHS: [&str; 2] = ["/v1/completions", "/v1/chat/completions"];
+
+/// What every request reads.
+pub(crate) struct Shared {
+    pub(crate) client: UpstreamClient,
+    pub(crate) engine: EngineUrl,
+    pub(crate) allow: watch::Receiver<Arc<super::AllowList>>,
+    pub(crate) on_prefill_failure: PrefillFailure,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) timeouts: SidecarTimeouts,
+    pub(crate) metrics: Arc<SidecarMetrics>,
+}
+
+/// The request path as the tower service [`crate::server::serve`] takes.
+pub(crate) fn service(
+    shared: Arc<Shared>,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = Response<RespBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<RespBody>, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        async move { Ok(handle(&shared, req).await) }
+    })
+}
+
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> {
+    let (mut head, body) = req.into_parts();
+    let body = match read_body(
+        &head.headers,
+        body,
+        shared.max_body_bytes,
+        shared.timeouts.client,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => return answer(shared, "bad_request", e.into_response()),
+    };
+    let named = PrefillTarget::from_header(head.headers.get_all(&PREFILLER_HEADER));
+    // Meant for this sidecar, never for an engine.
+    head.headers.remove(&PREFILLER_HEADER);
+    let splittable = head.method == Method::POST && SPLIT_PATHS.contains(&head.uri.path());
+    let target = match named {
+        // Other paths are proxied as they are, header or not.
+        _ if !splittable => None,
+        Ok(t) => t,
+        Err(e) => return answer(shared, "bad_request", bad_header(&e).into_response()),
+    };
+    let Some(target) = target else {
+        return match forward_local(shared, head, body).await {
+            Ok(resp) => answer(shared, "local", resp),
+            Err(e) => answer(shared, "failed", e.into_response()),
+        };
+    };
+    if !shared.allow.borrow().allows(&target) {
+        tracing::warn!(prefill = %target, "x-prefiller-host-port names a host that is not allowed");
+        return answer(shared, "forbidden", forbidden(&target).into_response());
+    }
+    let original = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(m)) => m,
+        _ => {
+            let e = ApiError::bad_request(
+                "invalid_json",
+                "The request body must be a JSON object to be split into prefill and decode.",
+            );
+            return answer(shared, "bad_request", e.into_response());
+        }
+    };
+    split(shared, head, body, original, target).await
+}
+
+/// Count the outcome and pass the response on.
+fn answer(shared: &Shared, outcome: &'static str, resp: Response<RespBody>) -> Response<RespBody> {
+    shared.metrics.answered(outcome);
+    resp
+}
+
+/// The prefill on `target`, then the decode here; on a failed prefill, by the flag.
+async fn split(
+    shared: &Shared,
+    mut head: http::request::Parts,
+    body: Bytes,
+    original: Map<String, Value>,
+    target: PrefillTarget,
+) -> Response<RespBody> {
+    let started = Instant::now();
+    let prefill = prefill_leg(shared, &head, &original, &target).await;
+    shared
+        .metrics
+        .prefill_duration
+        .observe(started.elapsed().as_secs_f64());
+    let (outcome, decode_body) = match prefill {
+        Ok(params) => {
+            head.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            ("split", Bytes::from(nixl::decode_body(&original, params)))
+        }
+        Err(failure) => {
+            shared.metrics.prefill_failed(failure.kind());
+            tracing::warn!(prefill = %target, kind = failure.kind(), error = %failure, "prefill leg failed");
+            match shared.on_prefill_failure {
+                // The client's own body: the engine prefills the prompt itself.
+                PrefillFailure::Decode => ("fallback_decode", body),
+                PrefillFailure::Fail => {
+                    let e = ApiError {
+                        status: StatusCode::BAD_GATEWAY,
+                        kind: "upstream_error",
+                        code: "prefill_failed",
+                        message: format!("The prefill on `{target}` failed: {failure}."),
+                        retry_after: None,
+                    };
+                    return answer(shared, "failed", e.into_response());
+                }
+            }
+        }
+    };
+    match forward_local(shared, head, decode_body).await {
+        Ok(resp) => answer(shared, outcome, resp),
+        Err(e) => answer(shared, "failed", e.into_response()),
+    }
+}
+
+/// Why a prefill leg failed.
+#[derive(Debug, thiserror::Error)]
+enum PrefillError {
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("it answered {0}")]
+    Unavailable(StatusCode),
+    #[error("it answered {0}: {1}")]
+    Status(StatusCode, String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("reading its answer: {0}")]
+    Body(String),
+    #[error(transparent)]
+    NoParams(#[from] NixlError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl PrefillError {
+    /// The metric label.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "connect",
+            Self::Unavailable(_) => "unavailable",
+            Self::Status(..) => "status",
+            Self::Timeout(_) => "timeout",
+            Self::Body(_) => "body",
+            Self::NoParams(_) => "no_kv_transfer_params",
+            Self::Other(_) => "other",
+        }
+    }
+}
+
+/// Send the NIXL prefill request to `target` and take `kv_transfer_params` from its whole
+/// answer, bounded in size and time.
+async fn prefill_leg(
+    shared: &Shared,
+    head: &http::request::Parts,
+    original: &Map<String, Value>,
+    target: &PrefillTarget,
+) -> Result<Value, PrefillError> {
+    let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri: http::Uri = format!("http://{target}{path}")
+        .parse()
+        .map_err(|e| PrefillError::Other(format!("no URI for {target}{path}: {e}")))?;
+    let mut headers = upstream_headers(&head.headers);
+    // The engine keys its KV hand-off by request id: the prefill leg gets one of its own, the
+    // decode leg keeps the client's.
+    let id = format!("{:032x}", rand::random::<u128>());
+    headers.insert(
+        REQUEST_ID,
+        HeaderValue::from_str(&id).expect("hex is a valid header value"),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    // This answer is read here, not by the client: it must come uncompressed to be parsed.
+    headers.remove(header::ACCEPT_ENCODING);
+    let req = request(
+        Method::POST,
+        uri,
+        headers,
+        Bytes::from(nixl::prefill_body(original)),
+    );
+    tracing::debug!(prefill = %target, prefill_request_id = %id, "prefill leg");
+    let resp = match send(&shared.client, req, shared.timeouts.header).await {
+        Ok(r) => r,
+        Err(SendError::Connect(e)) => return Err(PrefillError::Connect(e)),
+        Err(SendError::Timeout(d)) => return Err(PrefillError::Timeout(d)),
+        Err(SendError::Other(e)) => return Err(PrefillError::Other(e)),
+    };
+    let status = resp.status();
+    // Refused before computing anything: the body does not matter.
+    if matches!(
+        status,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    ) {
+        return Err(PrefillError::Unavailable(status));
+    }
+    let idle = shared.timeouts.idle;
+    let body = Limited::new(resp.into_body(), MAX_PREFILL_ANSWER).collect();
+    let bytes = match tokio::time::timeout(idle, body).await {
+        Err(_) => return Err(PrefillError::Timeout(idle)),
+        Ok(Err(e)) => return Err(PrefillError::Body(e.to_string())),
+        Ok(Ok(b)) => b.to_bytes(),
+    };
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+        return Err(PrefillError::Status(status, text));
+    }
+    Ok(nixl::kv_params(&bytes)?)
+}
+
+/// Send to the local engine and stream its answer back as it comes, each chunk within the idle
+/// timeout.
+async fn forward_local(
+    shared: &Shared,
+    head: http::request::Parts,
+    body: Bytes,
+) -> Result<Response<RespBody>, ApiError> {
+    let uri = shared.engine.uri(head.uri.path_and_query());
+    let req = request(head.method, uri, upstream_headers(&head.headers), body);
+    let engine = shared.engine.authority().as_str();
+    let resp = match send(&shared.client, req, shared.timeouts.header).await {
+        Ok(r) => r,
+        Err(SendError::Connect(e)) => return Err(ApiError::upstream_connect(engine, e)),
+        Err(SendError::Timeout(_)) => return Err(ApiError::upstream_timeout(engine)),
+        Err(SendError::Other(e)) => return Err(ApiError::upstream_failed(engine, e)),
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    let body = IdleTimeout::new(body, shared.timeouts.idle).boxed_unsync();
+    Ok(Response::from_parts(parts, body))
+}
+
+/// The client's headers as an upstream gets them: hop-by-hop ones out, `host` and
+/// `content-length` left to the client, which sets them for the new target and body, and no
+/// `expect: 100-continue` (the body was read already; it goes at once).
+fn upstream_headers(client: &HeaderMap) -> HeaderMap {
+    let mut headers = client.clone();
+    strip_hop_by_hop(&mut headers, true);
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::EXPECT);
+    headers
+}
+
+fn request(
+    method: Method,
+    uri: http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    // The client speaks HTTP/1.1 upstream whatever the client spoke to the sidecar.
+    *req.version_mut() = Version::HTTP_11;
+    *req.headers_mut() = headers;
+    req
+}
+
+enum SendError {
+    Connect(String),
+    Timeout(Duration),
+    Other(String),
+}
+
+/// Send and wait for the response head, within `header`.
+async fn send(
+    client: &UpstreamClient,
+    req: Request<Full<Bytes>>,
+    header: Duration,
+) -> Result<Response<Incoming>, SendError> {
+    match tokio::time::timeout(header, client.request(req)).await {
+        Err(_) => Err(SendError::Timeout(header)),
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(chain(&e))),
+        Ok(Err(e)) => Err(SendError::Other(chain(&e))),
+    }
+}
+
+/// An error and its causes: hyper-util's own message ("client error (Connect)") says little.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn bad_header(e: &TargetError) -> ApiError {
+    ApiError::bad_request(
+        "invalid_prefill_host",
+        format!("Malformed x-prefiller-host-port: {e}; expected HOST:PORT."),
+    )
+}
+
+fn forbidden(target: &PrefillTarget) -> ApiError {
+    ApiError {
+        status: StatusCode::FORBIDDEN,
+        kind: "permission_error",
+        code: "prefill_host_not_allowed",
+        message: format!(
+            "The prefill host `{target}` named by x-prefiller-host-port is not allowed by this sidecar (--prefill-allow, --prefill-host)."
+        ),
+        retry_after: None,
+    }
+}
