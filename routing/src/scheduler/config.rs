@@ -16,7 +16,8 @@ pub enum Policy {
     /// TTFT of the four, in closed and open loop.
     #[default]
     Prefix,
-    /// Argmin of predicted TTFT. Best where replicas differ in speed (a mixed fleet).
+    /// Argmin of predicted TTFT. Meant for replicas that differ in speed (a mixed fleet); the
+    /// benchmark of one (BENCHMARKS.md, suite `sim-mixed-fleet`) has not shown it ahead of `prefix`.
     PredictedTtft,
     /// Peer baseline: bounded-load consistent hashing on the prompt's first blocks (as Envoy's
     /// ring hash and HAProxy's `hash-balance-factor` ship it). Settings: [`ConsistentHash`].
