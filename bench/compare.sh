@@ -29,6 +29,7 @@
 # cost of every engine step), DECODE_BASE_MS, REPLICA_SPEEDS (comma-separated, a mixed fleet),
 # SIM_TOKENIZER (a tokenizer.json for the simulator), TEXT (words|natural),
 # ORACLE_BYTES_PER_TOKEN, SCRAPE_INTERVAL_MS (how often warmpath reads engine metrics),
+# ROUTER_EXTRA (YAML appended to warmpath's configuration, e.g. a `predictor:` block),
 # SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 #
@@ -198,6 +199,7 @@ start_front() { # label
         for u in $(replica_urls); do echo "      - { name: sim-$i, url: \"$u\" }"; i=$((i + 1)); done
         echo "scheduling:"
         echo "  policy: $policy"
+        [ -n "${ROUTER_EXTRA:-}" ] && printf '%s\n' "$ROUTER_EXTRA"
         if [ -n "$SCRAPE_INTERVAL_MS" ]; then
           echo "scrape:"
           echo "  interval_ms: $SCRAPE_INTERVAL_MS"
