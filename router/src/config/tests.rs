@@ -33,7 +33,7 @@ fn the_pd_example_parses() {
     assert_eq!(c.pools[0].role, Role::Prefill);
     assert_eq!(c.pools[1].role, Role::Decode);
     assert_eq!(c.pd.connector, super::Connector::Nixl);
-    assert_eq!(c.pd.threshold_tokens, 512);
+    assert_eq!(c.pd.threshold_tokens, 1024);
     // The Helm example's `pd` block is the router's own.
     let values: serde_yaml::Value =
         serde_yaml::from_str(include_str!("../../../examples/pd/values.yaml")).unwrap();
