@@ -43,14 +43,7 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
     match req.uri().path() {
         "/metrics" => {
             refresh_gauges(state);
-            let mut resp = Response::new(full_body(state.metrics.encode()));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            resp
+            metrics_response(state.metrics.encode())
         }
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => readiness(&state.tables.current(), &state.discovery),
@@ -58,7 +51,18 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<RespBody> {
+/// A Prometheus exposition as an admin answer (the router's and the P/D sidecar's).
+pub(crate) fn metrics_response(exposition: String) -> Response<RespBody> {
+    let mut resp = Response::new(full_body(exposition));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    resp
+}
+
+/// A plain-text admin answer.
+pub(crate) fn text(status: StatusCode, body: String) -> Response<RespBody> {
     let mut resp = Response::new(full_body(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(

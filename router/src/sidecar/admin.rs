@@ -3,10 +3,11 @@
 //! the pod gets traffic only when its engine can serve it).
 
 use super::{EngineUrl, UpstreamClient};
-use crate::errors::{full_body, ApiError, RespBody};
+use crate::admin::{metrics_response, text};
+use crate::errors::{ApiError, RespBody};
 use crate::metrics::SidecarMetrics;
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use std::convert::Infallible;
 use std::future::Future;
@@ -49,16 +50,7 @@ async fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
         return ApiError::method_not_allowed(req.method(), req.uri().path()).into_response();
     }
     match req.uri().path() {
-        "/metrics" => {
-            let mut resp = Response::new(full_body(state.metrics.encode()));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            resp
-        }
+        "/metrics" => metrics_response(state.metrics.encode()),
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => match engine_health(state).await {
             Ok(()) => text(
@@ -86,14 +78,4 @@ async fn engine_health(state: &AdminState) -> Result<(), String> {
         Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
         Ok(Ok(resp)) => Err(format!("/health answered {}", resp.status())),
     }
-}
-
-fn text(status: StatusCode, body: String) -> Response<RespBody> {
-    let mut resp = Response::new(full_body(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
 }

@@ -10,6 +10,7 @@ use super::guard::{PrefillTarget, TargetError};
 use super::{EngineUrl, SidecarTimeouts, UpstreamClient};
 use crate::api::forward::strip_hop_by_hop;
 use crate::api::pd::nixl::{self, NixlError};
+use crate::api::pd::{prefill_headers, read_prefill_answer, AnswerError};
 use crate::api::read_body::read_body;
 use crate::body::IdleTimeout;
 use crate::config::PrefillFailure;
@@ -18,7 +19,7 @@ use crate::metrics::SidecarMetrics;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use std::convert::Infallible;
@@ -27,12 +28,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// The header an llm-d-style scheduler names the prefill pod with.
-pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
+/// The header an llm-d-style scheduler names the prefill pod with (warmpath's router sends it
+/// too, with `pd.connector: sidecar`).
+pub use crate::api::forward::PREFILLER_HEADER;
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// A prefill answer larger than this is not a one-token answer.
-const MAX_PREFILL_ANSWER: usize = 1 << 20;
 
 /// The paths whose requests are split; the NIXL bodies are those of the OpenAI completion APIs.
 const SPLIT_PATHS: [&str; 2] = ["/v1/completions", "/v1/chat/completions"];
@@ -169,14 +168,10 @@ async fn split(
 enum PrefillError {
     #[error("cannot connect: {0}")]
     Connect(String),
-    #[error("it answered {0}")]
-    Unavailable(StatusCode),
-    #[error("it answered {0}: {1}")]
-    Status(StatusCode, String),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    #[error("reading its answer: {0}")]
-    Body(String),
+    #[error("it {0}")]
+    Answer(#[from] AnswerError),
     #[error(transparent)]
     NoParams(#[from] NixlError),
     #[error("{0}")]
@@ -188,10 +183,8 @@ impl PrefillError {
     fn kind(&self) -> &'static str {
         match self {
             Self::Connect(_) => "connect",
-            Self::Unavailable(_) => "unavailable",
-            Self::Status(..) => "status",
             Self::Timeout(_) => "timeout",
-            Self::Body(_) => "body",
+            Self::Answer(e) => e.kind(),
             Self::NoParams(_) => "no_kv_transfer_params",
             Self::Other(_) => "other",
         }
@@ -211,51 +204,22 @@ async fn prefill_leg(
         .parse()
         .map_err(|e| PrefillError::Other(format!("no URI for {target}{path}: {e}")))?;
     let mut headers = upstream_headers(&head.headers);
-    // The engine keys its KV hand-off by request id: the prefill leg gets one of its own, the
-    // decode leg keeps the client's.
-    let id = format!("{:032x}", rand::random::<u128>());
-    headers.insert(
-        REQUEST_ID,
-        HeaderValue::from_str(&id).expect("hex is a valid header value"),
-    );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    // This answer is read here, not by the client: it must come uncompressed to be parsed.
-    headers.remove(header::ACCEPT_ENCODING);
+    prefill_headers(&mut headers);
+    let id = headers.get(REQUEST_ID).cloned();
     let req = request(
         Method::POST,
         uri,
         headers,
         Bytes::from(nixl::prefill_body(original)),
     );
-    tracing::debug!(prefill = %target, prefill_request_id = %id, "prefill leg");
+    tracing::debug!(prefill = %target, prefill_request_id = ?id, "prefill leg");
     let resp = match send(&shared.client, req, shared.timeouts.header).await {
         Ok(r) => r,
         Err(SendError::Connect(e)) => return Err(PrefillError::Connect(e)),
         Err(SendError::Timeout(d)) => return Err(PrefillError::Timeout(d)),
         Err(SendError::Other(e)) => return Err(PrefillError::Other(e)),
     };
-    let status = resp.status();
-    // Refused before computing anything: the body does not matter.
-    if matches!(
-        status,
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-    ) {
-        return Err(PrefillError::Unavailable(status));
-    }
-    let idle = shared.timeouts.idle;
-    let body = Limited::new(resp.into_body(), MAX_PREFILL_ANSWER).collect();
-    let bytes = match tokio::time::timeout(idle, body).await {
-        Err(_) => return Err(PrefillError::Timeout(idle)),
-        Ok(Err(e)) => return Err(PrefillError::Body(e.to_string())),
-        Ok(Ok(b)) => b.to_bytes(),
-    };
-    if !status.is_success() {
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-        return Err(PrefillError::Status(status, text));
-    }
+    let bytes = read_prefill_answer(resp, shared.timeouts.idle).await?;
     Ok(nixl::kv_params(&bytes)?)
 }
 

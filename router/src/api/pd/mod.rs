@@ -294,13 +294,7 @@ impl Split {
         chosen.prefill_replica = Some(leg.candidate.replica.name.clone());
         // The prefill replica's counters go down now: its part is done.
         drop(leg);
-        let started = Instant::now();
-        let resp = call(inner, chosen).await;
-        self.metrics
-            .pd
-            .decode_first_byte
-            .observe(started.elapsed().as_secs_f64());
-        Ok(resp)
+        Ok(self.decode_leg(inner, chosen).await)
     }
 
     /// Sidecar: the decode replica's sidecar runs both legs; the router names the prefill
@@ -322,13 +316,8 @@ impl Split {
         chosen.prefill_replica = Some(prefill.name.clone());
         // The prefill replica's counters stay up while the decode leg (which includes the
         // sidecar's prefill) runs to its first byte.
-        let started = Instant::now();
-        let resp = call(inner, chosen).await;
+        let resp = self.decode_leg(inner, chosen).await;
         drop(leg);
-        self.metrics
-            .pd
-            .decode_first_byte
-            .observe(started.elapsed().as_secs_f64());
         resp
     }
 
@@ -369,13 +358,11 @@ impl Split {
                 result
             }
         };
-        let started = Instant::now();
-        let decode = call(inner, chosen);
+        let decode = self.decode_leg(inner, chosen);
         tokio::pin!(decode);
         let mut prefill_leg = Box::pin(prefill_leg);
         tokio::select! {
             resp = &mut decode => {
-                self.metrics.pd.decode_first_byte.observe(started.elapsed().as_secs_f64());
                 // The prefill leg finishes on its own; its failure no longer matters to the
                 // client, who has the decode's answer.
                 let metrics = self.metrics.clone();
@@ -388,14 +375,28 @@ impl Split {
             }
             result = &mut prefill_leg => match result {
                 // The prefill is done; the decode now has its KV and answers.
-                Ok(_) => {
-                    let resp = decode.await;
-                    self.metrics.pd.decode_first_byte.observe(started.elapsed().as_secs_f64());
-                    Ok(resp)
-                }
+                Ok(_) => Ok(decode.await),
                 Err(f) => Err((f, None, prefill_id)),
             },
         }
+    }
+
+    /// The decode leg of a split, its time to the response head measured.
+    async fn decode_leg<S>(
+        &self,
+        inner: S,
+        chosen: Chosen,
+    ) -> Result<Response<RespBody>, AttemptError>
+    where
+        S: Service<Chosen, Response = Response<RespBody>, Error = AttemptError>,
+    {
+        let started = Instant::now();
+        let resp = call(inner, chosen).await;
+        self.metrics
+            .pd
+            .decode_first_byte
+            .observe(started.elapsed().as_secs_f64());
+        resp
     }
 
     /// Send a prefill leg and read its whole (one-token) answer.
@@ -469,18 +470,81 @@ where
     Ok(resp)
 }
 
-/// The prefill leg's request head: the client's, under a request id of its own (the engine
-/// keys its KV hand-off by it; the decode leg keeps the client's).
+/// The prefill leg's request head: the client's, with [`prefill_headers`].
 fn prefill_head(chosen: &Chosen) -> http::request::Parts {
     let mut head = chosen.request.parsed.read.head.clone();
+    prefill_headers(&mut head.headers);
+    head
+}
+
+/// A prefill leg's headers, made from the client's (here and in the P/D sidecar): a request id
+/// of its own (the engine keys its KV hand-off by it; the decode leg keeps the client's), JSON,
+/// and no `accept-encoding` (the answer is parsed here, so it must come uncompressed).
+pub(crate) fn prefill_headers(headers: &mut http::HeaderMap) {
     let id = format!("{:032x}", rand::random::<u128>());
-    head.headers.insert(
+    headers.insert(
         REQUEST_ID,
         HeaderValue::from_str(&id).expect("hex is a valid header value"),
     );
-    head.headers
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    head
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.remove(http::header::ACCEPT_ENCODING);
+}
+
+/// Why a prefill answer cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerError {
+    /// 502/503/504: refused before computing anything, so another replica may be tried.
+    #[error("answered {0}")]
+    Unavailable(StatusCode),
+    #[error("answered {0}: {1}")]
+    Status(StatusCode, String),
+    #[error("did not finish its answer within {0:?}")]
+    Stalled(std::time::Duration),
+    #[error("broke off its answer: {0}")]
+    Body(String),
+}
+
+impl AnswerError {
+    /// The metric label.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Status(..) => "status",
+            Self::Stalled(_) => "timeout",
+            Self::Body(_) => "body",
+        }
+    }
+}
+
+/// A prefill answer, whole (at most [`MAX_PREFILL_ANSWER`] bytes, within `idle`), or why it
+/// cannot be used: the router's prefill legs and the P/D sidecar's read it alike.
+pub(crate) async fn read_prefill_answer<B>(
+    resp: Response<B>,
+    idle: std::time::Duration,
+) -> Result<Bytes, AnswerError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let status = resp.status();
+    // Refused before computing anything: the body does not matter.
+    if matches!(
+        status,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    ) {
+        return Err(AnswerError::Unavailable(status));
+    }
+    let body = Limited::new(resp.into_body(), MAX_PREFILL_ANSWER).collect();
+    let bytes = match tokio::time::timeout(idle, body).await {
+        Err(_) => return Err(AnswerError::Stalled(idle)),
+        Ok(Err(e)) => return Err(AnswerError::Body(e.to_string())),
+        Ok(Ok(b)) => b.to_bytes(),
+    };
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+        return Err(AnswerError::Status(status, text));
+    }
+    Ok(bytes)
 }
 
 /// A prefill replica's answer, whole, or why it cannot be used.
@@ -488,38 +552,13 @@ async fn read_answer(
     resp: Response<PooledBody>,
     idle: std::time::Duration,
 ) -> Result<Bytes, LegFailure> {
-    let status = resp.status();
-    let body = Limited::new(resp.into_body(), MAX_PREFILL_ANSWER).collect();
-    let bytes = match tokio::time::timeout(idle, body).await {
-        Err(_) => {
-            return Err(LegFailure::new(
-                "timeout",
-                false,
-                "the prefill answer stalled",
-            ))
-        }
-        Ok(Err(e)) => return Err(LegFailure::new("body", false, e.to_string())),
-        Ok(Ok(b)) => b.to_bytes(),
-    };
-    if matches!(
-        status,
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-    ) {
-        return Err(LegFailure::new(
-            "unavailable",
-            true,
-            format!("the prefill replica answered {status}"),
-        ));
-    }
-    if !status.is_success() {
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-        return Err(LegFailure::new(
-            "status",
-            false,
-            format!("the prefill replica answered {status}: {text}"),
-        ));
-    }
-    Ok(bytes)
+    read_prefill_answer(resp, idle).await.map_err(|e| {
+        LegFailure::new(
+            e.kind(),
+            matches!(e, AnswerError::Unavailable(_)),
+            format!("the prefill replica {e}"),
+        )
+    })
 }
 
 /// What a failed send says, and what it does to the prefill replica: a refused connection
