@@ -192,8 +192,26 @@ fn tenant_schema_bounds_weight_priority_and_limits() {
         "{header:?}"
     );
     let limits = rules(&s["properties"]["limits"]);
-    assert_eq!(limits.len(), 2, "{limits:?}");
-    assert!(limits.iter().all(|(_, msg)| msg.contains("limits.burst")));
+    assert_eq!(limits.len(), 3, "{limits:?}");
+    assert_eq!(
+        limits
+            .iter()
+            .filter(|(_, msg)| msg.contains("limits.burst"))
+            .count(),
+        2,
+        "{limits:?}"
+    );
+    assert!(
+        limits.iter().any(|(rule, msg)| rule
+            == "!has(self.tokenBurst) || has(self.tokensPerSecond)"
+            && msg.contains("limits.tokenBurst needs limits.tokensPerSecond")),
+        "{limits:?}"
+    );
+    let props = &s["properties"]["limits"]["properties"];
+    assert_eq!(props["tokensPerSecond"]["minimum"], 1.0);
+    assert_eq!(props["tokensPerSecond"]["maximum"], 100_000_000.0);
+    assert_eq!(props["tokenBurst"]["minimum"], 1.0);
+    assert_eq!(props["tokenBurst"]["maximum"], 1_000_000_000.0);
 }
 
 #[test]

@@ -102,11 +102,12 @@ fn tenant_defaults_and_round_trip() {
         "apiKeySecretRef": {"name": "acme-keys", "key": "primary"},
         "weight": 4,
         "priority": -10,
-        "limits": {"requestsPerSecond": 20, "burst": 40, "maxConcurrentRequests": 8, "maxQueuedRequests": 100},
+        "limits": {"requestsPerSecond": 20, "burst": 40, "tokensPerSecond": 5000, "tokenBurst": 20000, "maxConcurrentRequests": 8, "maxQueuedRequests": 100},
         "sheddable": true
     });
     let spec: TenantPolicySpec = serde_json::from_value(value.clone()).unwrap();
     assert_eq!(spec.limits.as_ref().unwrap().burst, Some(40));
+    assert_eq!(spec.limits.as_ref().unwrap().token_burst, Some(20000));
     assert_eq!(serde_json::to_value(&spec).unwrap(), value);
 }
 

@@ -102,6 +102,47 @@ fn matrix(ns: &str) -> Vec<Case> {
     ]
 }
 
+/// Whether `role` (a Role or ClusterRole) lets its subjects get, list and watch Secrets.
+fn reads_secrets(role: &serde_yaml::Value) -> bool {
+    role["rules"].as_sequence().is_some_and(|rules| {
+        rules.iter().any(|r| {
+            let has = |key: &str, v: &str| {
+                r[key]
+                    .as_sequence()
+                    .is_some_and(|s| s.iter().any(|x| x.as_str() == Some(v)))
+            };
+            has("apiGroups", "")
+                && has("resources", "secrets")
+                && ["get", "list", "watch"].iter().all(|v| has("verbs", v))
+        })
+    })
+}
+
+/// The router's Secret grant (TenantPolicies' API keys): the role and its binding to `subject`.
+fn check_router_reads_secrets(
+    case: &str,
+    out: &RenderedChart,
+    role_kind: &str,
+    name: &str,
+    subject: &str,
+) {
+    let names = out.kinds_and_names();
+    let role = out
+        .find(role_kind, name)
+        .unwrap_or_else(|| panic!("{case}: {role_kind} {name} in {names:?}"));
+    assert!(reads_secrets(role), "{case}: {role:?}");
+    let binding_kind = format!("{role_kind}Binding");
+    let binding = out
+        .find(&binding_kind, name)
+        .unwrap_or_else(|| panic!("{case}: {binding_kind} {name} in {names:?}"));
+    assert_eq!(str_at(&binding["roleRef"], &["name"]), name, "{case}");
+    assert_eq!(
+        str_at(&binding["subjects"][0], &["name"]),
+        subject,
+        "{case}"
+    );
+}
+
 fn int_at(v: &serde_yaml::Value, path: &[&str]) -> Option<i64> {
     let mut cur = v;
     for key in path {
@@ -212,6 +253,17 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                     .is_some(),
                 "{names:?}"
             );
+            // Every namespace is watched, so the router reads Secrets (API keys) in all; its
+            // warmpath role itself grants none.
+            check_router_reads_secrets(
+                case,
+                out,
+                "ClusterRole",
+                &format!("{ns}-{router}-secrets"),
+                router,
+            );
+            let plain = out.find("ClusterRole", &format!("{ns}-{router}")).unwrap();
+            assert!(!reads_secrets(plain), "{case}: {plain:?}");
             assert_eq!(
                 out.of_kind("CustomResourceDefinition").count(),
                 3,
@@ -279,6 +331,13 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .expect("router binding");
             assert_eq!(str_at(&binding["subjects"][0], &["name"]), "vllm");
             assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
+            check_router_reads_secrets(
+                case,
+                out,
+                "ClusterRole",
+                &format!("{ns}-{router}-secrets"),
+                "vllm",
+            );
         }
         "pd-sidecar" => {
             let snippet = out
@@ -344,6 +403,16 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             );
             assert!(out.find("Role", router).is_some(), "{names:?}");
             assert!(out.find("Role", controller).is_some(), "{names:?}");
+            // The router reads Secrets (API keys) in the watched namespace only.
+            check_router_reads_secrets(
+                case,
+                out,
+                "Role",
+                &format!("{ns}-{router}-secrets"),
+                router,
+            );
+            let role = out.find("Role", &format!("{ns}-{router}-secrets")).unwrap();
+            assert_eq!(str_at(role, &["metadata", "namespace"]), ns, "{case}");
         }
         other => panic!("no checks for case {other}"),
     }

@@ -227,7 +227,7 @@ async fn service_account_tokens_get_least_privilege() {
         .await
         .expect("pod");
 
-    // --- router: reads warmpath resources, nothing else -------------------------------------
+    // --- router: reads warmpath resources and the Secrets holding API keys, nothing else -----
     let (router, _) = ns
         .client_as_service_account(n, ROUTER)
         .await
@@ -253,15 +253,22 @@ async fn service_account_tokens_get_least_privilege() {
             .list(&lp)
             .await,
     );
-    forbidden(
-        "router reads secrets",
+    // TenantPolicies' API keys, wherever it watches TenantPolicies (here: everywhere).
+    allowed(
+        "router reads API-key secrets",
         Api::<Secret>::namespaced(router.clone(), n)
             .get("acme-key")
             .await,
     );
-    forbidden(
+    allowed(
         "router lists secrets",
         Api::<Secret>::namespaced(router.clone(), n).list(&lp).await,
+    );
+    forbidden(
+        "router writes secrets",
+        Api::<Secret>::namespaced(router.clone(), n)
+            .delete("acme-key", &DeleteParams::default())
+            .await,
     );
     forbidden(
         "router lists pods",
@@ -569,6 +576,22 @@ async fn namespaced_rbac_grants_nothing_cluster_wide() {
         "router lists pools elsewhere",
         pools(&router, "default").list(&lp).await,
     );
+    allowed(
+        "router lists secrets in a watched namespace",
+        Api::<Secret>::namespaced(router.clone(), &n)
+            .list(&lp)
+            .await,
+    );
+    forbidden(
+        "router lists secrets cluster-wide",
+        Api::<Secret>::all(router.clone()).list(&lp).await,
+    );
+    forbidden(
+        "router lists secrets elsewhere",
+        Api::<Secret>::namespaced(router.clone(), "default")
+            .list(&lp)
+            .await,
+    );
     let (ctl, _) = ns
         .client_as_service_account(&n, CONTROLLER)
         .await
@@ -648,7 +671,8 @@ async fn sidecar_mode_binds_the_serving_pods_service_accounts() {
         "sidecar lists tenant policies",
         tenants(&sidecar, &n).list(&lp).await,
     );
-    forbidden(
+    // The router in the serving pod reads TenantPolicies' API keys like the Deployment's.
+    allowed(
         "sidecar reads secrets",
         Api::<Secret>::namespaced(sidecar.clone(), &n)
             .list(&lp)

@@ -3,19 +3,23 @@
 //! replicas listen) become InferenceReplicas through the real controller, then routes with
 //! prefix affinity; a deleted pod stops getting traffic within a second; hand-written
 //! replicas are routed to; replicas whose pool is missing are not; readiness waits for the
-//! first full list and says why it is waiting.
+//! first full list and says why it is waiting; a TenantPolicy's API keys come from its Secret
+//! and follow the Secret's changes and the policy's deletion.
 
 mod common;
 
 use common::*;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
 use warmpath_e2e::TestNamespace;
+use warmpath_router::config::Config;
+use warmpath_router::kubernetes::Discovery;
+use warmpath_router::Options;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_pods_are_routed_with_affinity_and_a_deleted_pod_gets_no_traffic_within_1s() {
@@ -245,6 +249,11 @@ async fn readiness_waits_for_the_first_list_and_says_why() {
             "apiGroups": ["warmpath.dev"],
             "resources": ["inferencepools", "inferencereplicas", "tenantpolicies"],
             "verbs": ["get", "list", "watch"],
+        }, {
+            // TenantPolicies' API keys.
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get", "list", "watch"],
         }],
     }))
     .unwrap();
@@ -274,6 +283,182 @@ async fn readiness_waits_for_the_first_list_and_says_why() {
     assert_eq!(status, 200, "{body}");
     let reply = complete(router.addr, "hello there").await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);
+    router.shutdown().await;
+    ns.finish();
+}
+
+/// A completion sent with `Authorization: Bearer <key>` (or none): the status.
+async fn status_with_key(addr: SocketAddr, key: Option<&str>) -> u16 {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("authorization", a)])
+        .unwrap_or_default();
+    let body = serde_json::json!({ "model": "tiny", "prompt": "hello tenants", "max_tokens": 2 });
+    warmpath_testkit::send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &headers,
+        body.to_string(),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("router answers")
+    .status
+}
+
+/// Poll until a request with each key gets the status given, or panic after `limit`.
+async fn wait_for_statuses(
+    what: &str,
+    addr: SocketAddr,
+    limit: Duration,
+    want: &[(Option<&str>, u16)],
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let mut got = Vec::new();
+        for (key, _) in want {
+            got.push(status_with_key(addr, *key).await);
+        }
+        if want.iter().map(|w| w.1).eq(got.iter().copied()) {
+            return start.elapsed();
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}: got {got:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn key_secret(name: &str, key: &str) -> Secret {
+    serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "stringData": { "api-key": key },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
+    let Some(ns) = TestNamespace::create("router-k8s-tenants").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let client = ns.client();
+    let n = ns.name().to_owned();
+    let pods = sim_pods(1).await;
+    let config = Config::parse(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools: []\ntenants:\n  require_api_key: true\n",
+    )
+    .unwrap();
+    let router = warmpath_router::start(
+        config,
+        Options {
+            kubernetes: Some(Discovery {
+                client: client.clone(),
+                namespaces: vec![n.clone()],
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("router start");
+    create_pool(&client, &n, "ext", None, pods.port).await;
+    create_replica(
+        &client,
+        &n,
+        "vm",
+        "ext",
+        SocketAddr::new(pods.ips[0], pods.port),
+    )
+    .await;
+    let secrets = Api::<Secret>::namespaced(client.clone(), &n);
+    secrets
+        .create(
+            &PostParams::default(),
+            &key_secret("acme-keys", "sk-acme-first-key"),
+        )
+        .await
+        .expect("create secret");
+    let policy: TenantPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "TenantPolicy",
+        "metadata": { "name": "acme", "namespace": n },
+        "spec": { "apiKeySecretRef": { "name": "acme-keys" }, "weight": 2 },
+    }))
+    .unwrap();
+    let policies = Api::<TenantPolicy>::namespaced(client.clone(), &n);
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create tenant policy");
+
+    // The tenant reaches the routing table with its key from the Secret.
+    let keys_of_acme = |router: &warmpath_router::RouterHandle| -> Option<Vec<String>> {
+        router
+            .table()
+            .config
+            .tenants
+            .policies
+            .iter()
+            .find(|t| t.name == "acme")
+            .map(|t| t.api_keys.clone())
+    };
+    let took = wait_for("the tenant and its key", Duration::from_secs(20), || {
+        router.table().serves("tiny")
+            && keys_of_acme(&router).is_some_and(|k| k == ["sk-acme-first-key"])
+    })
+    .await;
+    eprintln!("TenantPolicy and Secret created -> tenant routed in {took:?}");
+    assert_eq!(router.table().config.tenants.policies[0].weight, 2);
+
+    assert_eq!(
+        status_with_key(router.addr, Some("sk-acme-first-key")).await,
+        200
+    );
+    assert_eq!(status_with_key(router.addr, None).await, 401);
+    assert_eq!(
+        status_with_key(router.addr, Some("sk-someone-elses-key")).await,
+        401
+    );
+
+    // The key is rotated in the Secret: the old one stops working, the new one works.
+    secrets
+        .patch(
+            "acme-keys",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "data": { "api-key": k8s_openapi::ByteString(b"sk-acme-second-key".to_vec()) },
+            })),
+        )
+        .await
+        .expect("rotate the key");
+    let rotated = wait_for_statuses(
+        "the rotated key",
+        router.addr,
+        Duration::from_secs(20),
+        &[
+            (Some("sk-acme-first-key"), 401),
+            (Some("sk-acme-second-key"), 200),
+        ],
+    )
+    .await;
+    eprintln!("Secret rotated -> old key refused, new key accepted in {rotated:?}");
+
+    // The policy is deleted: its tenant, and so its key, is gone.
+    policies
+        .delete("acme", &DeleteParams::default())
+        .await
+        .expect("delete tenant policy");
+    let gone = wait_for_statuses(
+        "the deleted tenant's key to be refused",
+        router.addr,
+        Duration::from_secs(20),
+        &[(Some("sk-acme-second-key"), 401)],
+    )
+    .await;
+    eprintln!("TenantPolicy deleted -> its key refused in {gone:?}");
+    assert!(keys_of_acme(&router).is_none());
     router.shutdown().await;
     ns.finish();
 }

@@ -1,7 +1,10 @@
 //! A ZMQ SUB socket for KV events (feature `zmq`).
 //!
 //! vLLM's publisher connects to a non-wildcard endpoint, so the subscriber binds it; one
-//! subscriber can receive from many engines, telling them apart by topic.
+//! subscriber can receive from many engines, telling them apart by topic. A publisher given a
+//! wildcard endpoint (`tcp://*:PORT`) binds instead, and any number of subscribers (router
+//! replicas) connect to it ([`KvEventSubscriber::connect`]); the socket reconnects by itself
+//! when the engine restarts.
 
 use zeromq::{Socket, SocketRecv, SubSocket};
 
@@ -36,7 +39,19 @@ impl KvEventSubscriber {
         })
     }
 
-    /// The endpoint actually bound (with the port resolved).
+    /// Connects to a publisher that binds `endpoint` (e.g. `tcp://10.0.0.7:5557`) and
+    /// subscribes to topics starting with `topic_prefix`.
+    pub async fn connect(endpoint: &str, topic_prefix: &str) -> Result<Self, SubscribeError> {
+        let mut socket = SubSocket::new();
+        socket.subscribe(topic_prefix).await?;
+        socket.connect(endpoint).await?;
+        Ok(Self {
+            socket,
+            endpoint: endpoint.to_owned(),
+        })
+    }
+
+    /// The endpoint actually bound (with the port resolved), or the one connected to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }

@@ -29,16 +29,45 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, for 429 and 503.
     pub retry_after: Option<u32>,
+    /// Flow control's reason for refusing, sent in `x-warmpath-dropped-reason` (and llm-d's
+    /// `x-llm-d-request-dropped-reason`).
+    pub dropped: Option<warmpath_flow::Reason>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: String,
+    ) -> Self {
         Self {
             status,
             kind,
             code,
             message,
             retry_after: None,
+            dropped: None,
+        }
+    }
+    /// 401: the API key is missing or unknown (never echoed).
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "invalid_api_key",
+            message.into(),
+        )
+    }
+    /// 429 from flow control, with its reason and when to retry.
+    pub fn dropped(
+        reason: warmpath_flow::Reason,
+        message: impl Into<String>,
+        retry_after: u32,
+    ) -> Self {
+        Self {
+            dropped: Some(reason),
+            ..Self::over_limit(message, retry_after)
         }
     }
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -158,6 +187,18 @@ impl ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if let Some(reason) = self.dropped {
+            use warmpath_flow::reason::{DROPPED_REASON_HEADER, LLM_D_DROPPED_REASON_HEADER};
+            let h = resp.headers_mut();
+            h.insert(
+                DROPPED_REASON_HEADER,
+                HeaderValue::from_static(reason.as_str()),
+            );
+            h.insert(
+                LLM_D_DROPPED_REASON_HEADER,
+                HeaderValue::from_static(reason.llm_d()),
+            );
+        }
         resp
     }
 }
@@ -238,4 +279,6 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("flow control: {0}")]
+    Flow(#[from] warmpath_flow::ConfigError),
 }

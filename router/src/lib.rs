@@ -16,19 +16,22 @@ pub mod api;
 pub mod body;
 pub mod config;
 pub mod errors;
+pub mod flow;
 pub mod metrics;
 pub mod request;
 pub mod server;
 pub mod sidecar;
 pub mod sources;
 pub mod state;
+pub mod tenants;
 pub mod upstream;
 
 pub use sources::kubernetes;
 
-use crate::api::{Admission, AdmitAll};
+use crate::api::Admission;
 use crate::config::Config;
 use crate::errors::StartError;
+use crate::flow::FlowControl;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::sources::kubernetes::DiscoveryStatus;
 use crate::state::index::{RouterIndex, SharedIndex};
@@ -113,7 +116,7 @@ impl RouterHandle {
 
 /// Start the router: bind both listeners, start scrapers and the reload watcher.
 pub async fn start(config: Config, options: Options) -> Result<RouterHandle, StartError> {
-    start_with(config, options, Arc::new(AdmitAll)).await
+    start_with(config, options, None).await
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
@@ -123,11 +126,11 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
     Ok((listener, local))
 }
 
-/// [`start`] with a custom admission layer.
+/// [`start`] with a custom admission layer instead of flow control (tests).
 pub async fn start_with(
     config: Config,
     options: Options,
-    admission: Arc<dyn Admission>,
+    admission: Option<Arc<dyn Admission>>,
 ) -> Result<RouterHandle, StartError> {
     if config.pools.is_empty() && options.kubernetes.is_none() {
         tracing::warn!(
@@ -148,13 +151,21 @@ pub async fn start_with(
     };
     let bound = (config.listen, config.admin);
 
+    let precise = state::index::precise(&config.index);
     let scrape_metrics = metrics.clone();
+    let scrape_precise = precise.clone();
+    // A replica's scraper and KV-event follower live and die together.
     let start_scraper: state::publish::StartScraper = Box::new(move |replica, tables| {
-        tokio::spawn(sources::scrape::run(
+        let scrape = sources::scrape::run(replica.clone(), tables.clone(), scrape_metrics.clone());
+        let events = sources::kv_events::run(
             replica,
             tables,
+            scrape_precise.clone(),
             scrape_metrics.clone(),
-        ))
+        );
+        tokio::spawn(async move {
+            tokio::join!(scrape, events);
+        })
         .abort_handle()
     });
     let (mut publisher, tables) =
@@ -168,10 +179,22 @@ pub async fn start_with(
 
     let (updates, updates_rx) = mpsc::unbounded_channel();
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let admission = match admission {
+        Some(custom) => custom,
+        None => {
+            let flow = FlowControl::new(tables.current().config.flow.limiters, metrics.clone())?;
+            tasks.push(tokio::spawn(
+                flow.clone().run(tables.clone(), shutdown_rx.clone()),
+            ));
+            Arc::new(flow)
+        }
+    };
     let api = api::stack(api::StackParts {
         tables: tables.clone(),
         metrics: metrics.clone(),
         index: index.clone(),
+        precise,
         discovery: discovery.clone(),
         admission,
     });
@@ -182,7 +205,7 @@ pub async fn start_with(
         replicas,
         discovery: discovery.clone(),
     });
-    let mut tasks = vec![
+    tasks.extend([
         tokio::spawn(server::serve(
             api_listener,
             api,
@@ -196,7 +219,7 @@ pub async fn start_with(
             serve_options,
         )),
         tokio::spawn(publisher.run(updates_rx, shutdown_rx.clone())),
-    ];
+    ]);
     if let Some(cluster) = options.kubernetes {
         tasks.push(tokio::spawn(kubernetes::run(
             cluster,

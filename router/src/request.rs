@@ -1,18 +1,16 @@
 //! Parsing a client request's body for only the fields routing needs (model, prompt or
-//! messages, stream, max tokens, tenant). The raw bytes are forwarded untouched; strings are
+//! messages, stream, max tokens, user). The raw bytes are forwarded untouched; strings are
 //! borrowed from them where JSON escapes allow, so a 100k-token prompt is neither copied nor
 //! parsed twice. A pure function, used by the stack's parse layer (`crate::api::parse`).
 
 use crate::errors::ApiError;
-use http::HeaderMap;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use warmpath_routing::prompt::{BlockHasher, BlockHashes};
-
-/// Header naming the tenant (for flow control); falls back to the body's `user` field.
-pub const TENANT_HEADER: &str = "x-warmpath-tenant";
+use warmpath_tokenize::{ChatMessage, Tokenizer};
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,16 +25,21 @@ pub struct RequestFeatures {
     pub model: String,
     pub stream: bool,
     pub max_tokens: Option<u32>,
-    pub tenant: Option<String>,
+    /// The OpenAI `user` field (an end user's id: never trusted as a tenant, which
+    /// [`crate::tenants`] finds from keys and trusted headers).
+    pub user: Option<String>,
     pub prompt: BlockHashes,
+    /// The prompt's token ids as the engine computes them, for models routed from KV events
+    /// (`None` otherwise, or when tokenizing failed: the approximate index still routes it).
+    pub tokens: Option<Vec<u32>>,
 }
 
 /// Parse the routing fields of a request body and hash its canonical prompt.
 pub fn parse(
     endpoint: Endpoint,
     body: &[u8],
-    headers: &HeaderMap,
     hasher: &BlockHasher,
+    tokenizer_for: impl FnOnce(&str) -> Option<Arc<Tokenizer>>,
 ) -> Result<RequestFeatures, ApiError> {
     let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
@@ -59,9 +62,20 @@ pub fn parse(
             ))
         }
     };
+    let tokenizer = tokenizer_for(&model);
+    let tokenizer = tokenizer.as_deref();
+    let mut tokens = None;
     let prompt = match endpoint {
         Endpoint::Completions => match wire.prompt {
-            Some(p) => hash_prompt(&p, hasher),
+            Some(p) => {
+                if let Some(t) = tokenizer {
+                    tokens = match &p {
+                        Prompt::Text(s) => t.encode(&s.0, true).ok(),
+                        Prompt::Tokens(ids) => ids.iter().map(|&i| u32::try_from(i).ok()).collect(),
+                    };
+                }
+                hash_prompt(&p, hasher)
+            }
             None => {
                 return Err(ApiError::bad_request(
                     "missing_prompt",
@@ -75,6 +89,20 @@ pub fn parse(
                     .iter()
                     .map(|m| (m.role.0.as_ref(), m.content_text()))
                     .collect();
+                if let Some(t) = tokenizer {
+                    let messages: Vec<ChatMessage> = owned
+                        .iter()
+                        .map(|(role, content)| ChatMessage {
+                            role: (*role).to_owned(),
+                            content: content.as_ref().to_owned(),
+                        })
+                        .collect();
+                    // As vLLM: the rendered chat carries its own special tokens.
+                    tokens = t
+                        .render_chat(&messages)
+                        .and_then(|text| t.encode(&text, false))
+                        .ok();
+                }
                 hasher.hash_chat(owned.iter().map(|(r, c)| (*r, c.as_ref())))
             }
             _ => {
@@ -85,17 +113,14 @@ pub fn parse(
             }
         },
     };
-    let tenant = headers
-        .get(TENANT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| wire.user.map(|u| u.0.into_owned()));
+    let user = wire.user.map(|u| u.0.into_owned());
     Ok(RequestFeatures {
         model,
         stream: wire.stream.unwrap_or(false),
         max_tokens: wire.max_tokens.or(wire.max_completion_tokens),
-        tenant,
+        user,
         prompt,
+        tokens,
     })
 }
 

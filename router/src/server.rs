@@ -3,6 +3,7 @@
 //! what it serves: each listener is given its tower service.
 
 use crate::errors::RespBody;
+use crate::tenants::PeerAddr;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -50,7 +51,7 @@ pub async fn serve<S>(
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
-                    Ok((stream, _peer)) => stream,
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning.
                         tracing::warn!(error = %e, "accept failed");
@@ -58,8 +59,9 @@ pub async fn serve<S>(
                         continue;
                     }
                 };
+                let (stream, peer) = stream;
                 let _ = stream.set_nodelay(true);
-                let service = ConnService(RefCell::new(service.clone()));
+                let service = ConnService(RefCell::new(service.clone()), PeerAddr(peer));
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -84,8 +86,9 @@ pub async fn serve<S>(
 /// `&self` and a tower service wants `&mut self`; the cell lends it for the instant of `call`
 /// (the future it returns owns all it needs). So the stack is cloned once per connection, not
 /// once per request as hyper-util's `TowerToHyperService` does (about 0.3 µs of CPU per request
-/// on the data-path benchmark).
-struct ConnService<S>(RefCell<S>);
+/// on the data-path benchmark). Each request is given the connection's peer address (who may
+/// name a tenant depends on it).
+struct ConnService<S>(RefCell<S>, PeerAddr);
 
 type Fallback = Pin<Box<dyn Future<Output = Result<Response<RespBody>, Infallible>> + Send>>;
 
@@ -101,7 +104,8 @@ where
     type Error = Infallible;
     type Future = futures_util::future::Either<S::Future, Fallback>;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        req.extensions_mut().insert(self.1);
         let mut service = self.0.borrow_mut();
         // Every stage is ready at once (none waits for capacity in poll_ready); a stage that
         // ever is not gets a copy of the stack that waits for it.

@@ -45,7 +45,9 @@ pub fn spawn(endpoint: String, topic: String) -> mpsc::Sender<Vec<KvEvent>> {
 async fn run(endpoint: String, topic: String, mut rx: mpsc::Receiver<Vec<KvEvent>>) {
     let mut socket = PubSocket::new();
     if is_wildcard(&endpoint) {
-        if let Err(e) = socket.bind(&endpoint).await {
+        // vLLM's (libzmq's) `*` host is every interface; the zeromq crate spells it 0.0.0.0.
+        let bind = endpoint.replacen("://*:", "://0.0.0.0:", 1);
+        if let Err(e) = socket.bind(&bind).await {
             tracing::error!(%endpoint, error = %e, "binding the KV-event socket failed");
             return;
         }

@@ -1,42 +1,10 @@
-//! Tokenization: deterministic token ids for prompts and chat messages.
-//!
-//! The default is a fast byte-level approximation: every 4 bytes of text are one token, whose
-//! id is those bytes read as a little-endian integer (lossless, no vocabulary, about the
-//! 4 characters per token of real BPE vocabularies on English). With the `hf` feature and
-//! `--tokenizer tokenizer.json`, prompts are tokenized exactly as an engine with that
-//! tokenizer would, and chat messages are rendered through the model's chat template.
-
-use std::path::Path;
+//! Tokenization in the simulator: the shared tokenizer ([`warmpath_tokenize`]), and the tokens
+//! of simulated completions.
 
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
-use serde::Deserialize;
 
-/// Why a tokenizer or template could not be loaded or applied.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
-    #[error("chat template: {0}")]
-    Template(String),
-    #[error("this build has no HF tokenizer support (feature `hf`)")]
-    NoHf,
-}
-
-/// One chat message, with its content flattened to text.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-/// Bytes per token of the byte-level approximation.
-pub const BYTES_PER_TOKEN: usize = 4;
+pub use warmpath_tokenize::{ChatMessage, TokenError, Tokenizer, BYTES_PER_TOKEN};
 
 /// Words a simulated completion is made of: 4 bytes each, so that each is one byte-level token.
 const WORDS: [&str; 16] = [
@@ -44,219 +12,17 @@ const WORDS: [&str; 16] = [
     " our", " out", " day", " get",
 ];
 
-enum Kind {
-    Bytes,
-    #[cfg(feature = "hf")]
-    Hf(Box<tokenizers::Tokenizer>),
-}
-
-/// Tokenizer plus chat template of a model.
-pub struct Tokenizer {
-    kind: Kind,
-    #[cfg(feature = "hf")]
-    template: Option<(minijinja::Environment<'static>, TemplateTokens)>,
-    #[cfg(not(feature = "hf"))]
-    template: Option<()>,
-}
-
-#[derive(Debug, Clone, Default)]
-#[cfg_attr(not(feature = "hf"), allow(dead_code))]
-struct TemplateTokens {
-    bos: String,
-    eos: String,
-}
-
-impl std::fmt::Debug for Tokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Bytes => "Tokenizer(bytes)",
-            #[cfg(feature = "hf")]
-            Kind::Hf(_) => "Tokenizer(hf)",
-        })
-    }
-}
-
-impl Default for Tokenizer {
-    fn default() -> Self {
-        Self::bytes()
-    }
-}
-
-impl Tokenizer {
-    /// The byte-level approximation.
-    pub fn bytes() -> Self {
-        Tokenizer {
-            kind: Kind::Bytes,
-            template: None,
+/// The `i`-th token of a simulated completion seeded by `seed`: deterministic, so the same
+/// request gives the same text everywhere.
+pub fn sample(tokenizer: &Tokenizer, seed: u64, i: usize) -> u32 {
+    let r = splitmix(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    match tokenizer.vocab_size() {
+        None => {
+            let w = WORDS[(r % WORDS.len() as u64) as usize].as_bytes();
+            u32::from_le_bytes([w[0], w[1], w[2], w[3]])
         }
+        Some(vocab) => (r % vocab.max(1) as u64) as u32,
     }
-
-    /// Loads a HF `tokenizer.json` and optionally a chat template (a Jinja file, or a
-    /// `tokenizer_config.json` whose `chat_template`, `bos_token` and `eos_token` are used).
-    pub fn load(tokenizer: Option<&Path>, template: Option<&Path>) -> Result<Self, TokenError> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|source| TokenError::Read {
-                path: p.display().to_string(),
-                source,
-            })
-        };
-        #[cfg(feature = "hf")]
-        {
-            let kind = match tokenizer {
-                Some(p) => Kind::Hf(Box::new(
-                    tokenizers::Tokenizer::from_file(p)
-                        .map_err(|e| TokenError::Tokenizer(format!("{}: {e}", p.display())))?,
-                )),
-                None => Kind::Bytes,
-            };
-            let template = match template {
-                Some(p) => {
-                    let text = read(p)?;
-                    let (source, tokens) = if p.extension().is_some_and(|e| e == "json") {
-                        let v: serde_json::Value = serde_json::from_str(&text)
-                            .map_err(|e| TokenError::Template(format!("{}: {e}", p.display())))?;
-                        let field = |k: &str| {
-                            v.get(k)
-                                .and_then(|x| x.as_str().or_else(|| x.get("content")?.as_str()))
-                                .unwrap_or_default()
-                                .to_owned()
-                        };
-                        let src = field("chat_template");
-                        if src.is_empty() {
-                            return Err(TokenError::Template(format!(
-                                "{} has no chat_template",
-                                p.display()
-                            )));
-                        }
-                        (
-                            src,
-                            TemplateTokens {
-                                bos: field("bos_token"),
-                                eos: field("eos_token"),
-                            },
-                        )
-                    } else {
-                        (text, TemplateTokens::default())
-                    };
-                    let mut env = minijinja::Environment::new();
-                    env.add_function("raise_exception", |msg: String| -> Result<String, _> {
-                        Err(minijinja::Error::new(
-                            minijinja::ErrorKind::InvalidOperation,
-                            msg,
-                        ))
-                    });
-                    env.add_template_owned("chat", source)
-                        .map_err(|e| TokenError::Template(e.to_string()))?;
-                    Some((env, tokens))
-                }
-                None => None,
-            };
-            Ok(Tokenizer { kind, template })
-        }
-        #[cfg(not(feature = "hf"))]
-        {
-            if tokenizer.is_some() || template.is_some() {
-                let _ = read;
-                return Err(TokenError::NoHf);
-            }
-            Ok(Tokenizer::bytes())
-        }
-    }
-
-    pub fn is_bytes(&self) -> bool {
-        matches!(self.kind, Kind::Bytes)
-    }
-
-    /// Token ids of `text`. `special` adds the tokenizer's special tokens (BOS), as vLLM does
-    /// for completions prompts but not for rendered chats.
-    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenError> {
-        match &self.kind {
-            Kind::Bytes => {
-                let _ = special;
-                Ok(encode_bytes(text.as_bytes()))
-            }
-            #[cfg(feature = "hf")]
-            Kind::Hf(t) => t
-                .encode(text, special)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| TokenError::Tokenizer(e.to_string())),
-        }
-    }
-
-    /// Text of `ids` (lossy where ids do not form valid UTF-8).
-    pub fn decode(&self, ids: &[u32]) -> String {
-        match &self.kind {
-            Kind::Bytes => {
-                let mut bytes = Vec::with_capacity(ids.len() * BYTES_PER_TOKEN);
-                for id in ids {
-                    let b = id.to_le_bytes();
-                    let n = b.iter().rposition(|x| *x != 0).map_or(0, |p| p + 1);
-                    bytes.extend_from_slice(&b[..n]);
-                }
-                String::from_utf8_lossy(&bytes).into_owned()
-            }
-            #[cfg(feature = "hf")]
-            Kind::Hf(t) => t.decode(ids, false).unwrap_or_default(),
-        }
-    }
-
-    /// The prompt text of a chat: the model's template when there is one, otherwise the
-    /// default `role: content` lines followed by `assistant:` (the template of the tiny model
-    /// the vLLM peer serves).
-    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, TokenError> {
-        #[cfg(feature = "hf")]
-        if let Some((env, tokens)) = &self.template {
-            let t = env
-                .get_template("chat")
-                .map_err(|e| TokenError::Template(e.to_string()))?;
-            return t
-                .render(minijinja::context! {
-                    messages => messages,
-                    add_generation_prompt => true,
-                    bos_token => tokens.bos,
-                    eos_token => tokens.eos,
-                })
-                .map_err(|e| TokenError::Template(e.to_string()));
-        }
-        let _ = &self.template;
-        let mut s = String::new();
-        for m in messages {
-            s.push_str(&m.role);
-            s.push_str(": ");
-            s.push_str(&m.content);
-            s.push('\n');
-        }
-        s.push_str("assistant:");
-        Ok(s)
-    }
-
-    /// The `i`-th token of a simulated completion seeded by `seed`: deterministic, so the
-    /// same request gives the same text everywhere.
-    pub fn sample(&self, seed: u64, i: usize) -> u32 {
-        let r = splitmix(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        match &self.kind {
-            Kind::Bytes => {
-                let w = WORDS[(r % WORDS.len() as u64) as usize].as_bytes();
-                u32::from_le_bytes([w[0], w[1], w[2], w[3]])
-            }
-            #[cfg(feature = "hf")]
-            Kind::Hf(t) => {
-                let vocab = t.get_vocab_size(false).max(1) as u64;
-                (r % vocab) as u32
-            }
-        }
-    }
-}
-
-fn encode_bytes(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks(BYTES_PER_TOKEN)
-        .map(|c| {
-            let mut b = [0u8; 4];
-            b[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(b)
-        })
-        .collect()
 }
 
 /// One SplitMix64 output for `x`: a stateless hash, so token `i` needs no state from token `i - 1`.
@@ -269,24 +35,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn byte_tokens_are_deterministic_and_lossless() {
-        let t = Tokenizer::bytes();
-        let ids = t.encode("hello world!", true).unwrap();
-        assert_eq!(ids.len(), 3);
-        assert_eq!(ids, t.encode("hello world!", true).unwrap());
-        assert_eq!(t.decode(&ids), "hello world!");
-        assert_eq!(t.encode("hello", true).unwrap().len(), 2);
-        // A shared prefix gives shared leading tokens.
-        let a = t.encode("The same system prompt. Q1", true).unwrap();
-        let b = t.encode("The same system prompt. Q2", true).unwrap();
-        assert_eq!(a[..5], b[..5]);
-    }
-
-    #[test]
     fn sampled_words_are_single_byte_tokens() {
         let t = Tokenizer::bytes();
-        let ids: Vec<u32> = (0..8).map(|i| t.sample(42, i)).collect();
-        assert_eq!(ids, (0..8).map(|i| t.sample(42, i)).collect::<Vec<_>>());
+        let ids: Vec<u32> = (0..8).map(|i| sample(&t, 42, i)).collect();
+        assert_eq!(ids, (0..8).map(|i| sample(&t, 42, i)).collect::<Vec<_>>());
         let text = t.decode(&ids);
         assert_eq!(t.encode(&text, true).unwrap(), ids);
     }
@@ -299,51 +51,5 @@ mod tests {
         assert_eq!(splitmix(1), 0x910a_2dec_8902_5cc1);
         assert_eq!(splitmix(42), 0xbdd7_3226_2feb_6e95);
         assert_eq!(splitmix(0xdead_beef), 0x4adf_b90f_68c9_eb9b);
-    }
-
-    #[test]
-    fn default_chat_rendering_matches_the_tiny_models_template() {
-        let t = Tokenizer::bytes();
-        let m = vec![
-            ChatMessage {
-                role: "system".into(),
-                content: "be brief".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "hi".into(),
-            },
-        ];
-        assert_eq!(
-            t.render_chat(&m).unwrap(),
-            "system: be brief\nuser: hi\nassistant:"
-        );
-    }
-
-    /// Same ids as the real vLLM engine gave for the tiny model's tokenizer (its `/tokenize`,
-    /// captured in the README): prompts and chats through the model's template.
-    #[cfg(feature = "hf")]
-    #[test]
-    fn hf_tokenizer_and_template_match_vllm() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny");
-        let t = Tokenizer::load(
-            Some(&dir.join("tokenizer.json")),
-            Some(&dir.join("tokenizer_config.json")),
-        )
-        .unwrap();
-        assert_eq!(t.encode("hello world", true).unwrap(), vec![318, 337]);
-        let chat = t
-            .render_chat(&[ChatMessage {
-                role: "user".into(),
-                content: "hello".into(),
-            }])
-            .unwrap();
-        assert_eq!(chat, "user: hello\nassistant:");
-        assert_eq!(
-            t.encode(&chat, false).unwrap(),
-            vec![86, 84, 260, 27, 303, 289, 200, 66, 300, 324, 27]
-        );
-        assert!(!t.is_bytes());
-        assert!(Tokenizer::load(Some(&dir.join("missing.json")), None).is_err());
     }
 }

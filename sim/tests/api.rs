@@ -212,7 +212,10 @@ async fn models_health_tokenize() {
 
 #[tokio::test]
 async fn hf_tokenizer_counts_like_the_engine() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tokenize/tests/fixtures/tiny"
+    );
     let tok = format!("{dir}/tokenizer.json");
     let tpl = format!("{dir}/tokenizer_config.json");
     let s = sim(&[

@@ -81,6 +81,7 @@ pub struct SecretKeyRef {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.burst) || has(self.requestsPerSecond)").message("limits.burst needs limits.requestsPerSecond: burst is the size of the request-rate bucket"))]
 #[x_kube(validation = Rule::new("!has(self.burst) || !has(self.requestsPerSecond) || self.burst >= self.requestsPerSecond").message("limits.burst must be at least limits.requestsPerSecond, or the rate could never be reached"))]
+#[x_kube(validation = Rule::new("!has(self.tokenBurst) || has(self.tokensPerSecond)").message("limits.tokenBurst needs limits.tokensPerSecond: tokenBurst is the size of the token-rate bucket"))]
 pub struct TenantLimits {
     /// Sustained requests per second (token bucket); over it: 429 with retry-after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +91,18 @@ pub struct TenantLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000000))]
     pub burst: Option<u32>,
+    /// Sustained tokens per second: a request costs its prompt's uncached tokens plus its
+    /// expected output, corrected at completion to what it used; over it: 429 with
+    /// retry-after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub tokens_per_second: Option<u32>,
+    /// Size of the tokens bucket; absent: one second of the rate. A request larger than the
+    /// bucket passes when it is full and leaves it in debt, so big prompts are slowed, never
+    /// refused forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000000))]
+    pub token_burst: Option<u32>,
     /// Requests in flight at once (sent to replicas, not yet answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000000))]

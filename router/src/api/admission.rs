@@ -1,15 +1,18 @@
 //! The admission layer: runs after a request is parsed and before a replica is chosen.
 //!
-//! This is the seam for per-tenant flow control (fair queueing, priorities, shedding with 429).
-//! The router ships [`AdmitAll`]; a flow controller implements [`Admission`] and may answer at
-//! once, make the request wait, or reject it. Its [`Permit`] lives as long as the request
-//! (until the response body ends), so a flow controller can count what is in flight.
+//! First identity: the request's tenant ([`crate::tenants`]: API key, trusted tenant header or
+//! the default; 401 for a missing or unknown key when keys are required), and the client's key
+//! removed before it can reach an engine. Then [`Admission`]: flow control
+//! ([`crate::flow::FlowControl`]) or [`AdmitAll`], which may answer at once, make the request
+//! wait, or reject it. Its [`Permit`] lives as long as the request (until the response body
+//! ends), so a flow controller can count what is in flight, and hears what the request used.
 
 use super::{Admitted, Parsed, StageFuture};
 use crate::errors::{ApiError, RespBody};
+use crate::state::table::Table;
+use crate::tenants::{PeerAddr, Tenant};
 use futures_util::future::Either;
 use http::Response;
-use std::any::Any;
 use std::future::Future;
 use std::future::{ready, Ready};
 use std::pin::Pin;
@@ -20,17 +23,47 @@ use tower::{Layer, Service};
 /// What admission sees of a request.
 #[derive(Debug, Clone, Copy)]
 pub struct AdmissionRequest<'a> {
-    pub tenant: Option<&'a str>,
+    pub tenant: &'a Arc<Tenant>,
     pub model: &'a str,
     pub prompt_tokens: u32,
     pub max_tokens: Option<u32>,
+    /// The request body's size (what a queued request holds in memory).
+    pub body_bytes: usize,
+    /// The routing table the request will use.
+    pub table: &'a Arc<Table>,
+}
+
+/// What a permit's holder learns about its request as it is served, for flow control's
+/// accounting (fair-share correction, token limits, tokens served).
+pub trait Held: Send + Sync {
+    /// The prompt tokens the chosen replica did not have cached (the router's estimate).
+    fn set_uncached_prompt(&self, _tokens: u64) {}
+    /// Output tokens seen so far in the response.
+    fn set_output(&self, _tokens: u64) {}
 }
 
 /// Held for the life of an admitted request; released when its response ends (the last clone
 /// goes with the response body, so the request itself, its body included, can go as soon as the
 /// replica has answered).
 #[derive(Default, Clone)]
-pub struct Permit(pub Option<Arc<dyn Any + Send + Sync>>);
+pub struct Permit(pub Option<Arc<dyn Held>>);
+
+impl Permit {
+    /// Whether anything counts this request's usage (then the response is scanned for it).
+    pub fn wants_usage(&self) -> bool {
+        self.0.is_some()
+    }
+    pub fn set_uncached_prompt(&self, tokens: u64) {
+        if let Some(h) = &self.0 {
+            h.set_uncached_prompt(tokens);
+        }
+    }
+    pub fn set_output(&self, tokens: u64) {
+        if let Some(h) = &self.0 {
+            h.set_output(tokens);
+        }
+    }
+}
 
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,7 +83,7 @@ pub enum Admit {
     Now(Permit),
     /// Wait in a queue; resolves to a permit or a rejection.
     Later(Waiting),
-    /// Refuse (typically `ApiError::over_limit`, a 429 with `retry-after`).
+    /// Refuse (typically `ApiError::dropped`, a 429 with `retry-after` and a reason).
     Reject(ApiError),
 }
 
@@ -111,26 +144,47 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, parsed: Parsed) -> Self::Future {
+    fn call(&mut self, mut parsed: Parsed) -> Self::Future {
+        let read = &mut parsed.read;
+        let directory = &read.ctx.table.tenants;
+        let peer = read.head.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+        let identity = match directory.identify(&read.head.headers, peer) {
+            Ok(identity) => identity,
+            Err(e) => return Either::Left(Either::Right(ready(Err(e)))),
+        };
+        if directory.strips_authorization() {
+            read.head.headers.remove(http::header::AUTHORIZATION);
+        }
+        let tenant = identity.tenant;
         let f = &parsed.features;
         let admit = self.admission.admit(&AdmissionRequest {
-            tenant: f.tenant.as_deref(),
+            tenant: &tenant,
             model: &f.model,
             prompt_tokens: warmpath_routing::prompt::estimate_tokens(f.prompt.total_bytes),
             max_tokens: f.max_tokens,
+            body_bytes: parsed.read.body.len(),
+            table: &parsed.read.ctx.table,
         });
         match admit {
             // The common case goes straight on, with no extra await.
-            Admit::Now(permit) => {
-                Either::Left(Either::Left(self.inner.call(Admitted { parsed, permit })))
-            }
+            Admit::Now(permit) => Either::Left(Either::Left(self.inner.call(Admitted {
+                parsed,
+                permit,
+                tenant,
+            }))),
             Admit::Reject(e) => Either::Left(Either::Right(ready(Err(e)))),
             Admit::Later(wait) => {
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 Either::Right(Box::pin(async move {
                     let permit = wait.await?;
-                    inner.call(Admitted { parsed, permit }).await
+                    inner
+                        .call(Admitted {
+                            parsed,
+                            permit,
+                            tenant,
+                        })
+                        .await
                 }))
             }
         }

@@ -7,8 +7,8 @@
 use super::{Attempt, AttemptError, Chosen};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::state::index::{RouterIndex, SharedIndex};
-use crate::state::replica::{InflightGuard, PrefillGuard};
+use crate::state::index::{SharedIndex, SharedPrecise};
+use crate::state::replica::{InflightGuard, KvMode, PrefillGuard};
 use crate::state::table::{Candidate, Table};
 use futures_util::future::Either;
 use http::Response;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::{Layer, Service};
-use warmpath_routing::index::PrefixIndex;
+use warmpath_routing::index::{prompt_keys, PrefixIndex};
 use warmpath_routing::prompt::estimate_tokens;
 use warmpath_routing::scheduler::{Decision, ReplicaView, RequestView};
 use warmpath_routing::ReplicaId;
@@ -40,11 +40,13 @@ pub struct Routed {
     pub prefill_tokens: u32,
     pub inflight: InflightGuard,
     pub prefill: PrefillGuard,
+    /// Prompt tokens the chosen replica's engine holds, by its KV events (`None` without).
+    pub cached_tokens: Option<u32>,
 }
 
 /// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection).
 pub fn choose(
-    index: &parking_lot::Mutex<RouterIndex>,
+    index: &Indexes,
     table: &Table,
     features: &crate::request::RequestFeatures,
     exclude: &[ReplicaId],
@@ -59,7 +61,7 @@ pub fn choose(
 /// Pick one of `all` for `features` (the serving candidates, or the prefill candidates of a
 /// split), skipping `exclude`, and record the choice in the index.
 pub fn choose_among(
-    index: &parking_lot::Mutex<RouterIndex>,
+    indexes: &Indexes,
     table: &Table,
     all: &[Candidate],
     features: &crate::request::RequestFeatures,
@@ -80,7 +82,10 @@ pub fn choose_among(
         .map(|c| c.replica.ttft.lock().clone())
         .collect();
     let hashes = &features.prompt.hashes;
-    let prompt_tokens = estimate_tokens(features.prompt.total_bytes);
+    let prompt_tokens = match &features.tokens {
+        Some(t) => u32::try_from(t.len()).unwrap_or(u32::MAX),
+        None => estimate_tokens(features.prompt.total_bytes),
+    };
     let tokens_per_block = estimate_tokens(table.hasher.block_bytes);
     let request = RequestView {
         prompt_tokens,
@@ -88,9 +93,22 @@ pub fn choose_among(
         tokens_per_block,
     };
     let mut matched = vec![0u32; ready.len()];
+    let precise = features
+        .tokens
+        .as_deref()
+        .map(|tokens| precise_matches(&indexes.precise, &ready, tokens, request.blocks));
     let (decision, queued_ahead, prefill_tokens) = {
-        let mut index = index.lock();
+        let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
+        if let Some(precise) = &precise {
+            for (m, p) in matched.iter_mut().zip(precise) {
+                *m = match p.mode {
+                    KvMode::Off => *m,
+                    KvMode::Fresh => p.blocks,
+                    KvMode::Uncertain => p.blocks.max(*m),
+                };
+            }
+        }
         let views: Vec<ReplicaView<'_>> = ready
             .iter()
             .zip(&models)
@@ -118,6 +136,11 @@ pub fn choose_among(
         (decision, chosen.queued_ahead(), prefill_tokens)
     };
     let candidate = ready[decision.index].clone();
+    let cached_tokens = precise
+        .as_ref()
+        .map(|p| p[decision.index])
+        .filter(|p| p.mode != KvMode::Off)
+        .map(|p| p.tokens);
     let uncached_tokens = request.uncached_tokens(decision.matched_blocks);
     let max_tokens = features
         .max_tokens
@@ -137,7 +160,73 @@ pub fn choose_among(
         prefill_tokens,
         inflight,
         prefill,
+        cached_tokens,
     })
+}
+
+/// A candidate's match in the engine's own blocks.
+#[derive(Debug, Clone, Copy)]
+struct PreciseMatch {
+    mode: KvMode,
+    /// The match in the approximate index's units (its share of the prompt's blocks), so
+    /// that the scheduler compares replicas with and without events alike.
+    blocks: u32,
+    /// Prompt tokens the engine holds.
+    tokens: u32,
+}
+
+/// Each candidate's match from the engines' KV events (`tokens`: the prompt as the engine
+/// tokenizes it; `blocks`: the prompt's length in approximate-index blocks).
+fn precise_matches(
+    precise: &SharedPrecise,
+    ready: &[&Candidate],
+    tokens: &[u32],
+    blocks: u32,
+) -> Vec<PreciseMatch> {
+    let statuses: Vec<_> = ready.iter().map(|c| *c.replica.kv.lock()).collect();
+    // Keys per block size (one in practice: a pool's engines share it).
+    let mut keys: Vec<(usize, Vec<u64>)> = Vec::new();
+    let index = precise.lock();
+    let mut out = [0u32];
+    ready
+        .iter()
+        .zip(&statuses)
+        .map(|(c, status)| {
+            let off = PreciseMatch {
+                mode: KvMode::Off,
+                blocks: 0,
+                tokens: 0,
+            };
+            if status.mode == KvMode::Off {
+                return off;
+            }
+            // No block stored yet since the router connected: it knows of none.
+            let Some(bs) = status.block_size.filter(|&b| b > 0) else {
+                return PreciseMatch {
+                    mode: status.mode,
+                    ..off
+                };
+            };
+            let at = match keys.iter().position(|(b, _)| *b == bs) {
+                Some(i) => i,
+                None => {
+                    keys.push((bs, prompt_keys(tokens, bs, &[])));
+                    keys.len() - 1
+                }
+            };
+            index.longest_prefix(&keys[at].1, &[c.replica.id], &mut out);
+            // An engine computes at least the prompt's last token (vLLM's rule): a fully cached
+            // prompt reuses all but its last block.
+            let usable = tokens.len().saturating_sub(1) / bs;
+            let cached = (out[0] as usize).min(usable) * bs;
+            let share = cached as f64 / tokens.len().max(1) as f64;
+            PreciseMatch {
+                mode: status.mode,
+                blocks: (share * f64::from(blocks)).floor() as u32,
+                tokens: u32::try_from(cached).unwrap_or(u32::MAX),
+            }
+        })
+        .collect()
 }
 
 #[derive(Clone)]
@@ -145,8 +234,16 @@ pub struct ChooseLayer {
     shared: Arc<ChooseState>,
 }
 
+/// The router's two indexes: what it sent where (approximate), and what the engines report
+/// (KV events).
+#[derive(Clone)]
+pub struct Indexes {
+    pub approx: SharedIndex,
+    pub precise: SharedPrecise,
+}
+
 pub(super) struct ChooseState {
-    index: SharedIndex,
+    index: Indexes,
     metrics: Arc<Metrics>,
     seed: AtomicU64,
 }
@@ -157,7 +254,18 @@ impl ChooseLayer {
         self.shared.clone()
     }
 
+    /// With no KV events (an empty precise index).
     pub fn new(index: SharedIndex, metrics: Arc<Metrics>) -> Self {
+        Self::with_indexes(
+            Indexes {
+                approx: index,
+                precise: crate::state::index::precise(&Default::default()),
+            },
+            metrics,
+        )
+    }
+
+    pub fn with_indexes(index: Indexes, metrics: Arc<Metrics>) -> Self {
         Self {
             shared: Arc::new(ChooseState {
                 index,
@@ -169,7 +277,7 @@ impl ChooseLayer {
 }
 
 impl ChooseState {
-    pub(super) fn index(&self) -> &SharedIndex {
+    pub(super) fn index(&self) -> &Indexes {
         &self.index
     }
 

@@ -4,7 +4,7 @@
 //! in-flight counters, the admission permit).
 
 use super::{Chosen, StageFuture};
-use crate::body::{Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome};
+use crate::body::{Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, UsageScan};
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
 use crate::metrics::{Metrics, UpstreamErrorLabels};
@@ -21,6 +21,8 @@ use tower::Service;
 
 pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-warmpath-replica");
 pub const DECISION_HEADER: HeaderName = HeaderName::from_static("x-warmpath-decision");
+/// With `response_headers.decision`: prompt tokens the chosen engine holds, by its KV events.
+pub const CACHED_TOKENS_HEADER: HeaderName = HeaderName::from_static("x-warmpath-cached-tokens");
 /// llm-d's header naming the prefill replica to a decode pod's P/D sidecar.
 pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
 
@@ -204,6 +206,9 @@ fn respond(
         if let Ok(v) = HeaderValue::from_str(&text) {
             headers.insert(DECISION_HEADER, v);
         }
+        if let Some(n) = routed.cached_tokens {
+            headers.insert(CACHED_TOKENS_HEADER, HeaderValue::from(n));
+        }
     }
 
     let status = up.status.as_u16();
@@ -233,6 +238,16 @@ fn respond(
     let inflight = routed.inflight;
     // The permit goes with the body; the request (its body bytes too) goes now.
     let permit = request.permit.clone();
+    permit.set_uncached_prompt(u64::from(routed.uncached_tokens));
+    let report = permit.wants_usage().then(|| {
+        let permit = permit.clone();
+        move |tokens| permit.set_output(tokens)
+    });
+    let counted = UsageScan::new(
+        IdleTimeout::new(pooled, idle),
+        report,
+        request.features().stream,
+    );
     drop(request);
     let on_end = move |outcome: Outcome| {
         match outcome {
@@ -256,11 +271,7 @@ fn respond(
         drop(inflight);
         drop(permit);
     };
-    let body = Accounting::new(
-        FirstChunk::new(IdleTimeout::new(pooled, idle), on_first),
-        body_error_kind,
-        on_end,
-    );
+    let body = Accounting::new(FirstChunk::new(counted, on_first), body_error_kind, on_end);
     *resp.body_mut() = body.boxed_unsync();
     resp
 }

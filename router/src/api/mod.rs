@@ -94,6 +94,8 @@ pub struct Parsed {
 pub struct Admitted {
     pub parsed: Parsed,
     pub permit: admission::Permit,
+    /// Whose request it is.
+    pub tenant: Arc<crate::tenants::Tenant>,
 }
 
 impl Admitted {
@@ -173,6 +175,7 @@ pub struct StackParts {
     pub tables: TableReader,
     pub metrics: Arc<Metrics>,
     pub index: SharedIndex,
+    pub precise: crate::state::index::SharedPrecise,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
 }
@@ -192,7 +195,13 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let choose = choose::ChooseLayer::new(parts.index.clone(), parts.metrics.clone());
+    let choose = choose::ChooseLayer::with_indexes(
+        choose::Indexes {
+            approx: parts.index.clone(),
+            precise: parts.precise.clone(),
+        },
+        parts.metrics.clone(),
+    );
     let proxy = ServiceBuilder::new()
         .layer(read_body::ReadBodyLayer)
         .layer(parse::ParseLayer)

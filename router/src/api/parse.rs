@@ -51,12 +51,10 @@ where
 
     fn call(&mut self, read: Read) -> Self::Future {
         let table = read.ctx.table.clone();
-        let parsed = crate::request::parse(
-            read.ctx.endpoint,
-            &read.body,
-            &read.head.headers,
-            &table.hasher,
-        );
+        let parsed = crate::request::parse(read.ctx.endpoint, &read.body, &table.hasher, |model| {
+            let p = table.precise(model)?;
+            (read.body.len() <= p.max_prompt_bytes).then(|| p.tokenizer.clone())
+        });
         let features = match parsed {
             Ok(f) => f,
             Err(e) => return Either::Right(ready(Err(Rejection::before_parse(e)))),

@@ -56,16 +56,12 @@ fn read(table: &Arc<Table>, body: &str) -> Read {
 
 fn admitted(table: &Arc<Table>) -> Admitted {
     let read = read(table, r#"{"model":"tiny","prompt":"hello there"}"#);
-    let features = crate::request::parse(
-        Endpoint::Completions,
-        &read.body,
-        &read.head.headers,
-        &table.hasher,
-    )
-    .unwrap();
+    let features =
+        crate::request::parse(Endpoint::Completions, &read.body, &table.hasher, |_| None).unwrap();
     Admitted {
         parsed: Parsed { read, features },
         permit: Permit::default(),
+        tenant: table.tenants.default_tenant().clone(),
     }
 }
 
@@ -154,6 +150,9 @@ async fn retry_never_repeats_what_may_have_reached_a_replica() {
     assert!(!more, "no second try");
 }
 
+struct Counted;
+impl admission::Held for Counted {}
+
 struct Fixed(fn() -> Admit);
 impl Admission for Fixed {
     fn admit(&self, _: &admission::AdmissionRequest<'_>) -> Admit {
@@ -190,7 +189,7 @@ async fn admission_may_hold_a_request_until_its_permit_comes() {
     let layer = AdmissionLayer::new(Arc::new(Fixed(|| {
         Admit::Later(Box::pin(async {
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            Ok(Permit(Some(Arc::new(7u32))))
+            Ok(Permit(Some(Arc::new(Counted))))
         }))
     })));
     let started = tokio::time::Instant::now();

@@ -3,14 +3,17 @@
 //! silence, the end, or a drop before the end (the client went away).
 //!
 //! The API stack composes them around the replica's body (`crate::api::forward`):
-//! `Accounting<FirstChunk<IdleTimeout<PooledBody>>>`, innermost first: the pooled connection is
-//! handed back at the end, a silent replica is cut, the first chunk times TTFT, and the end
-//! (or drop) settles the request's metrics, in-flight counters and admission permit.
+//! `Accounting<FirstChunk<UsageScan<IdleTimeout<PooledBody>>>>`, innermost first: the pooled
+//! connection is handed back at the end, a silent replica is cut, the output tokens are counted
+//! for flow control, the first chunk times TTFT, and the end (or drop) settles the request's
+//! metrics, in-flight counters and admission permit.
 
 mod accounting;
 mod first_chunk;
 mod idle;
+pub mod usage;
 
 pub use accounting::{Accounting, Outcome};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
+pub use usage::UsageScan;

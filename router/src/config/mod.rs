@@ -10,7 +10,9 @@
 //! [`warmpath_routing::ConfigError`] at the field it names, so the router can never accept a
 //! value the core would neutralise, nor refuse one the core documents as valid.
 
+mod kv_events;
 mod locate;
+mod tenants;
 
 use crate::errors::ConfigError;
 use serde::Deserialize;
@@ -22,7 +24,11 @@ use warmpath_routing::predict::TtftPrior;
 use warmpath_routing::prompt::BlockHasher;
 use warmpath_routing::scheduler::SchedulerConfig;
 
+pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
+pub use tenants::{
+    is_token, Fairness, FlowConfig, SaturationConfig, TenantPolicyConfig, TenantsConfig,
+};
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -56,6 +62,12 @@ pub struct Config {
     /// The prefill/decode split (used when a model has pools with role `prefill`).
     #[serde(default)]
     pub pd: PdConfig,
+    /// Who requests belong to (API keys, trusted tenant headers) and each tenant's settings.
+    #[serde(default)]
+    pub tenants: TenantsConfig,
+    /// Per-tenant queueing when a pool is saturated.
+    #[serde(default)]
+    pub flow: FlowConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -82,6 +94,9 @@ pub struct PoolConfig {
     /// Port of the engine's Prometheus endpoint when it is not the serving port.
     #[serde(default)]
     pub metrics_port: Option<u16>,
+    /// Route from the engines' KV-cache events (precise prefix matching).
+    #[serde(default)]
+    pub kv_events: Option<KvEventsConfig>,
     pub replicas: Vec<ReplicaConfig>,
 }
 
@@ -99,6 +114,10 @@ pub struct ReplicaConfig {
     /// SGLang P/D: this prefill server's bootstrap port, when not `pd.bootstrap_port`.
     #[serde(default)]
     pub bootstrap_port: Option<u16>,
+    /// Where this replica's engine publishes KV events, when not the pool's
+    /// `kv_events.endpoint` (e.g. `tcp://10.0.0.7:5557`).
+    #[serde(default)]
+    pub kv_events_endpoint: Option<String>,
 }
 
 /// What a pool does in a prefill/decode split. `both` and `decode` pools answer requests;
@@ -195,6 +214,11 @@ pub struct IndexConfig {
     pub block_bytes: usize,
     /// Memory bound of the approximate prefix index per replica.
     pub max_bytes_per_replica: usize,
+    /// Engine blocks the KV-event index keeps per replica: above any engine's own capacity
+    /// (vLLM's `num_gpu_blocks`), so that it bites only after lost removals.
+    pub precise_max_blocks_per_replica: usize,
+    /// Engine blocks the KV-event index keeps over all replicas.
+    pub precise_max_blocks_total: usize,
 }
 
 impl Default for IndexConfig {
@@ -202,6 +226,8 @@ impl Default for IndexConfig {
         Self {
             block_bytes: 256,
             max_bytes_per_replica: 8 << 20,
+            precise_max_blocks_per_replica: 1 << 20,
+            precise_max_blocks_total: 8 << 20,
         }
     }
 }
@@ -346,13 +372,25 @@ impl Config {
 
     /// Parse and validate configuration text (the error's `file` is left empty).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
-        config.validate().map_err(|(path, message)| ConfigError {
+        let mut config: Config =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
+        let located = |(path, message): (FieldPath, String)| ConfigError {
             file: String::new(),
             line: locate::line_of(text, &path),
             field: path.to_string(),
             message,
-        })?;
+        };
+        for (i, p) in config.tenants.policies.iter_mut().enumerate() {
+            p.load_key_file().map_err(|message| {
+                let path = FieldPath::root()
+                    .key("tenants")
+                    .key("policies")
+                    .index(i)
+                    .key("api_keys_file");
+                located((path, message))
+            })?;
+        }
+        config.validate().map_err(located)?;
         Ok(config)
     }
 
@@ -395,6 +433,9 @@ impl Config {
                     return Err((pp.key("metrics_path"), "must start with `/`".to_owned()));
                 }
             }
+            if let Some(kv) = &pool.kv_events {
+                kv.validate(pp.key("kv_events"))?;
+            }
             if pool.replicas.is_empty() {
                 return Err((
                     pp.key("replicas"),
@@ -417,6 +458,9 @@ impl Config {
                 }
                 if let Err(msg) = parse_base_url(&replica.url) {
                     return Err((rp.key("url"), msg));
+                }
+                if let Some(e) = &replica.kv_events_endpoint {
+                    kv_events::check_endpoint(e).map_err(|m| (rp.key("kv_events_endpoint"), m))?;
                 }
             }
         }
@@ -468,6 +512,14 @@ impl Config {
                 "must be at least 4096".to_owned(),
             ));
         }
+        if self.index.precise_max_blocks_per_replica == 0
+            || self.index.precise_max_blocks_total < self.index.precise_max_blocks_per_replica
+        {
+            return Err((
+                root.key("index").key("precise_max_blocks_total"),
+                "needs 0 < precise_max_blocks_per_replica <= precise_max_blocks_total".to_owned(),
+            ));
+        }
         if self.limits.max_body_bytes < 1024 {
             return Err((
                 root.key("limits").key("max_body_bytes"),
@@ -511,6 +563,8 @@ impl Config {
                 "must be >= 1".to_owned(),
             ));
         }
+        self.tenants.validate(root.key("tenants"))?;
+        self.flow.validate(root.key("flow"))?;
         let h = &self.health;
         if h.eject_base_ms == 0 || h.eject_max_ms < h.eject_base_ms {
             return Err((

@@ -345,3 +345,78 @@ fn line_locator_follows_flow_and_block_styles() {
     assert_eq!(locate::line_of(odd, &p.key("b")), Some(6));
     assert_eq!(locate::line_of(odd, &p.key("k")), None);
 }
+
+#[test]
+fn the_example_documents_tenants_and_flow() {
+    let c = Config::parse(include_str!("../../../examples/static.yaml")).unwrap();
+    assert!(c.flow.enabled);
+    assert_eq!(c.tenants.policies.len(), 2);
+    assert_eq!(c.tenants.policies[1].header_value(), "batch-jobs");
+    assert!(c.tenants.policies[1].is_sheddable());
+    assert_eq!(
+        c.tenants.policies[1].limits.tokens_per_second,
+        Some(200000.0)
+    );
+    assert_eq!(c.flow.queue, warmpath_flow::FlowQueueConfig::default());
+    let defaults = Config::parse("pools: []\n").unwrap();
+    assert!(!defaults.flow.enabled, "queueing is opt-in");
+    assert_eq!(
+        defaults.tenants.trusted_sources, c.tenants.trusted_sources,
+        "the example shows the default trust"
+    );
+}
+
+#[test]
+fn tenant_and_flow_errors_name_the_field() {
+    let base = "pools: []\n";
+    let cases = [
+        ("tenants:\n  policies:\n    - { name: a, weight: 0 }\n", "tenants.policies[0].weight"),
+        ("tenants:\n  policies:\n    - { name: a }\n    - { name: a }\n", "tenants.policies[1].name"),
+        ("tenants:\n  policies:\n    - { name: a, api_keys: [short] }\n", "tenants.policies[0].api_keys[0]"),
+        ("tenants:\n  policies:\n    - { name: a, api_keys: [sk-0123456789] }\n    - { name: b, api_keys: [sk-0123456789] }\n", "tenants.policies[1].api_keys[0]"),
+        ("tenants:\n  policies:\n    - { name: a, limits: { burst: 3 } }\n", "tenants.policies[0].limits.burst"),
+        ("tenants:\n  policies:\n    - { name: \"has space\" }\n", "tenants.policies[0].name"),
+        ("tenants:\n  headers: [\"bad header\"]\n", "tenants.headers[0]"),
+        ("tenants:\n  default: { name: d, api_keys: [sk-0123456789] }\n", "tenants.default.api_keys"),
+        ("flow:\n  queue: { max_entries: 0 }\n", "flow.queue.max_entries"),
+        ("flow:\n  saturation: { max_kv_usage: 1.5 }\n", "flow.saturation.max_kv_usage"),
+        ("flow:\n  saturation: { max_inflight_requests: 0 }\n", "flow.saturation.max_inflight_requests"),
+    ];
+    for (yaml, field) in cases {
+        let e = err(&format!("{base}{yaml}"));
+        assert_eq!(e.field, field, "{yaml}: {e}");
+        assert!(
+            !e.to_string().contains("sk-0123456789"),
+            "a key is printed: {e}"
+        );
+    }
+    // A CIDR that is not one is refused by serde, at its line.
+    let e = err("pools: []\ntenants:\n  trusted_sources: [10.0.0.0/33]\n");
+    assert!(e.to_string().contains("trusted_sources"), "{e}");
+}
+
+#[test]
+fn api_keys_come_from_a_file_too() {
+    let dir = std::env::temp_dir().join(format!("warmpath-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys");
+    std::fs::write(
+        &file,
+        "# team keys\nsk-file-key-0001\n\n  sk-file-key-0002  \n",
+    )
+    .unwrap();
+    let yaml = format!(
+        "pools: []\ntenants:\n  policies:\n    - {{ name: a, api_keys: [sk-inline-0001], api_keys_file: {} }}\n",
+        file.display()
+    );
+    let c = Config::parse(&yaml).unwrap();
+    assert_eq!(
+        c.tenants.policies[0].api_keys,
+        ["sk-inline-0001", "sk-file-key-0001", "sk-file-key-0002"]
+    );
+    let missing = err(
+        "pools: []\ntenants:\n  policies:\n    - { name: a, api_keys_file: /nonexistent/keys }\n",
+    );
+    assert_eq!(missing.field, "tenants.policies[0].api_keys_file");
+    std::fs::remove_dir_all(dir).unwrap();
+}

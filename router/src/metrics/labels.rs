@@ -39,3 +39,10 @@ pub struct ReasonLabels {
 pub struct ResultLabels {
     pub result: &'static str,
 }
+
+/// What a KV-event message or event did (`stored`, `removed`, `cleared`, `gap`, `restart`,
+/// `unknown_parent`, `malformed`, `undecodable`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KvEventLabels {
+    pub kind: &'static str,
+}

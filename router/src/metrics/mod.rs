@@ -4,12 +4,14 @@
 //! (status codes, reasons), never from raw client input, so the number of series is bounded by
 //! the configuration: an unknown model is counted as `model="(unknown)"`.
 
+mod flow;
 mod kubernetes;
 mod labels;
 mod pd;
 mod route;
 mod sidecar;
 
+pub use flow::{DispatchLabels, FlowMetrics, RefusalLabels, TenantLabels, OTHER_TENANT};
 pub use kubernetes::KubernetesMetrics;
 pub use labels::*;
 pub use pd::{PdDecisionLabels, PdFailureLabels, PdMetrics};
@@ -54,6 +56,9 @@ pub struct Metrics {
     pub config_reloads: Family<ResultLabels, Counter>,
     pub kubernetes: KubernetesMetrics,
     pub pd: PdMetrics,
+    pub flow: FlowMetrics,
+    pub kv_events: Family<KvEventLabels, Counter>,
+    pub kv_mode: Family<ReplicaLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -190,6 +195,19 @@ impl Metrics {
         );
         let kubernetes = KubernetesMetrics::register(&mut registry);
         let pd = PdMetrics::register(&mut registry);
+        let flow = FlowMetrics::register(&mut registry);
+        let kv_events = Family::<KvEventLabels, Counter>::default();
+        registry.register(
+            "kv_events",
+            "KV-cache events from the engines by what they did: stored, removed, cleared, and what went wrong (gap, restart, unknown_parent, malformed, undecodable)",
+            kv_events.clone(),
+        );
+        let kv_mode = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "kv_events_mode",
+            "How far the router's view of the replica's KV cache is complete: 0 no events, 1 uncertain (missed some; the approximate index helps), 2 fresh",
+            kv_mode.clone(),
+        );
         Self {
             registry,
             requests,
@@ -214,6 +232,9 @@ impl Metrics {
             config_reloads,
             kubernetes,
             pd,
+            flow,
+            kv_events,
+            kv_mode,
         }
     }
 
@@ -232,5 +253,6 @@ impl Metrics {
         self.inflight.remove(&l);
         self.ready.remove(&l);
         self.prefill_per_token.remove(&l);
+        self.kv_mode.remove(&l);
     }
 }

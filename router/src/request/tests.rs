@@ -1,18 +1,17 @@
 //! Unit tests of request parsing: the routing fields, chat canonicalisation and every bad input.
 
 use super::*;
-use http::HeaderMap;
 
 fn hasher() -> BlockHasher {
     BlockHasher::new(16)
 }
 
 fn ok(ep: Endpoint, body: &str) -> RequestFeatures {
-    parse(ep, body.as_bytes(), &HeaderMap::new(), &hasher()).expect("valid request")
+    parse(ep, body.as_bytes(), &hasher(), |_| None).expect("valid request")
 }
 
 fn bad(ep: Endpoint, body: &str) -> ApiError {
-    parse(ep, body.as_bytes(), &HeaderMap::new(), &hasher()).expect_err("invalid request")
+    parse(ep, body.as_bytes(), &hasher(), |_| None).expect_err("invalid request")
 }
 
 #[test]
@@ -24,7 +23,7 @@ fn completions_fields() {
     assert_eq!(f.model, "m");
     assert!(f.stream);
     assert_eq!(f.max_tokens, Some(7));
-    assert_eq!(f.tenant.as_deref(), Some("t1"));
+    assert_eq!(f.user.as_deref(), Some("t1"));
     assert_eq!(
         f.prompt,
         hasher().hash_text("hello world, this is a prompt")
@@ -82,20 +81,6 @@ fn chat_messages_in_order_with_roles() {
     assert_eq!(f.prompt, want);
     assert_eq!(f.max_tokens, Some(3));
     assert!(!f.stream);
-}
-
-#[test]
-fn tenant_header_wins_over_user_field() {
-    let mut h = HeaderMap::new();
-    h.insert(TENANT_HEADER, "team-a".parse().unwrap());
-    let f = parse(
-        Endpoint::Completions,
-        br#"{"model":"m","prompt":"x","user":"u"}"#,
-        &h,
-        &hasher(),
-    )
-    .unwrap();
-    assert_eq!(f.tenant.as_deref(), Some("team-a"));
 }
 
 #[test]

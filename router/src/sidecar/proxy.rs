@@ -145,13 +145,12 @@ async fn split(
                 // The client's own body: the engine prefills the prompt itself.
                 PrefillFailure::Decode => ("fallback_decode", body),
                 PrefillFailure::Fail => {
-                    let e = ApiError {
-                        status: StatusCode::BAD_GATEWAY,
-                        kind: "upstream_error",
-                        code: "prefill_failed",
-                        message: format!("The prefill on `{target}` failed: {failure}."),
-                        retry_after: None,
-                    };
+                    let e = ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_error",
+                        "prefill_failed",
+                        format!("The prefill on `{target}` failed: {failure}."),
+                    );
                     return answer(shared, "failed", e.into_response());
                 }
             }
@@ -311,13 +310,12 @@ fn bad_header(e: &TargetError) -> ApiError {
 }
 
 fn forbidden(target: &PrefillTarget) -> ApiError {
-    ApiError {
-        status: StatusCode::FORBIDDEN,
-        kind: "permission_error",
-        code: "prefill_host_not_allowed",
-        message: format!(
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        "prefill_host_not_allowed",
+        format!(
             "The prefill host `{target}` named by x-prefiller-host-port is not allowed by this sidecar (--prefill-allow, --prefill-host)."
         ),
-        retry_after: None,
-    }
+    )
 }

@@ -4,5 +4,6 @@
 //! metrics into that replica's live state.
 
 pub mod kubernetes;
+pub mod kv_events;
 pub mod reload;
 pub mod scrape;

@@ -61,3 +61,17 @@ impl PrefixIndex for RouterIndex {
 /// replicas, the passive health check forgets a replica that refused a connection, `/metrics`
 /// reads its size.
 pub type SharedIndex = std::sync::Arc<parking_lot::Mutex<RouterIndex>>;
+
+/// The index of what the engines report in their KV events (pools with `kv_events`): written
+/// by the replicas' event tasks (`sources::kv_events`), read by the replica choice.
+pub type SharedPrecise = std::sync::Arc<parking_lot::Mutex<warmpath_routing::index::PreciseIndex>>;
+
+/// A precise index bounded by the configuration.
+pub fn precise(config: &crate::config::IndexConfig) -> SharedPrecise {
+    std::sync::Arc::new(parking_lot::Mutex::new(
+        warmpath_routing::index::PreciseIndex::new(warmpath_routing::index::PreciseLimits {
+            max_blocks_per_replica: config.precise_max_blocks_per_replica,
+            max_blocks_total: config.precise_max_blocks_total,
+        }),
+    ))
+}

@@ -17,3 +17,4 @@ pub mod index;
 pub mod publish;
 pub mod replica;
 pub mod table;
+pub mod tokens;

@@ -1,7 +1,8 @@
 //! The one task that turns configuration changes into routing tables.
 //!
 //! Sources (the file watcher, the Kubernetes watch) send [`Update`]s; the [`Publisher`] owns the
-//! last file configuration, the discovered pools and the replica registry, applies each update
+//! last file configuration, the discovered pools and tenants and the replica registry, applies
+//! each update
 //! (replicas added and removed, index entries of removed replicas forgotten, scrapers started and
 //! stopped) and publishes the new [`Table`] on a watch channel. Requests read the channel and
 //! keep the `Arc<Table>` they started with, so a change never alters the rules mid-request.
@@ -9,8 +10,9 @@
 use super::index::SharedIndex;
 use super::replica::{ReplicaRegistry, ReplicaState, Replicas};
 use super::table::Table;
-use crate::config::{Config, PoolConfig};
+use crate::config::{Config, PoolConfig, TenantPolicyConfig, TenantsConfig};
 use crate::metrics::Metrics;
+use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use warmpath_routing::index::PrefixIndex;
@@ -20,10 +22,12 @@ use warmpath_routing::index::PrefixIndex;
 pub enum Update {
     /// The configuration file's contents (already validated). Boxed: a file is large and rare.
     File(Box<Config>),
-    /// The pools found in the cluster (Kubernetes mode); routed beside the file's. `applied`,
-    /// when given, is told once the table with them is published.
+    /// The pools and tenants found in the cluster (Kubernetes mode); routed beside the file's
+    /// (tenants after the file's, see [`merge_tenants`]). `applied`, when given, is told once
+    /// the table with them is published.
     Discovered {
         pools: Vec<PoolConfig>,
+        tenants: Vec<TenantPolicyConfig>,
         applied: Option<oneshot::Sender<()>>,
     },
 }
@@ -56,6 +60,7 @@ pub type StartScraper =
 pub struct Publisher {
     file: Option<Config>,
     discovered: Vec<PoolConfig>,
+    discovered_tenants: Vec<TenantPolicyConfig>,
     registry: ReplicaRegistry,
     index: SharedIndex,
     metrics: Arc<Metrics>,
@@ -82,6 +87,7 @@ impl Publisher {
         let publisher = Self {
             file: None,
             discovered: Vec::new(),
+            discovered_tenants: Vec::new(),
             registry,
             index,
             metrics,
@@ -97,13 +103,18 @@ impl Publisher {
         self.registry.view()
     }
 
-    /// Apply one update and publish the resulting table. (The Kubernetes source sends a pool list
-    /// only when it changed, so every update here is a change.)
+    /// Apply one update and publish the resulting table. (The Kubernetes source sends its lists
+    /// only when the pools or the tenants changed, so every update here is a change.)
     pub fn apply(&mut self, update: Update) {
         match update {
             Update::File(config) => self.file = Some(*config),
-            Update::Discovered { pools, applied } => {
+            Update::Discovered {
+                pools,
+                tenants,
+                applied,
+            } => {
                 self.discovered = pools;
+                self.discovered_tenants = tenants;
                 self.install_merged();
                 if let Some(tx) = applied {
                     let _ = tx.send(());
@@ -119,6 +130,13 @@ impl Publisher {
             return;
         };
         config.pools.extend(self.discovered.iter().cloned());
+        for skipped in merge_tenants(&mut config.tenants, &self.discovered_tenants) {
+            tracing::warn!(
+                "TenantPolicy {} not used: {}",
+                skipped.tenant,
+                skipped.conflict
+            );
+        }
         self.install(config);
     }
 
@@ -162,5 +180,254 @@ impl Publisher {
         for r in self.registry.view().snapshot() {
             r.stop_scraping();
         }
+    }
+}
+
+/// What a discovered tenant has in common with one already known, which keeps it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    Name,
+    Header,
+    ApiKey,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conflict::Name => "another tenant (in the file or an earlier TenantPolicy) has its name",
+            Conflict::Header => {
+                "another tenant (in the file or an earlier TenantPolicy) is named by its header value"
+            }
+            // The key itself is never printed.
+            Conflict::ApiKey => {
+                "one of its API keys belongs to another tenant (in the file or an earlier TenantPolicy)"
+            }
+        })
+    }
+}
+
+/// A discovered tenant left out, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedTenant {
+    pub tenant: String,
+    pub conflict: Conflict,
+}
+
+/// Append the discovered tenants to the file's, in order, leaving out each one whose name,
+/// header value or any API key is already taken: by the file (which the operator wrote and
+/// which was validated as a whole) or by an earlier discovered tenant. The same rules as the
+/// file's own validation, so the merged list is one a file could have said; a key shared by
+/// two tenants would make the request's tenant depend on which was read first.
+pub fn merge_tenants(
+    into: &mut TenantsConfig,
+    discovered: &[TenantPolicyConfig],
+) -> Vec<SkippedTenant> {
+    if discovered.is_empty() {
+        return Vec::new();
+    }
+    let mut names: HashSet<String> = HashSet::from([into.default.name.clone()]);
+    let mut headers: HashSet<String> = HashSet::new();
+    let mut keys: HashSet<String> = HashSet::new();
+    for p in &into.policies {
+        names.insert(p.name.clone());
+        headers.insert(p.header_value().to_owned());
+        keys.extend(p.api_keys.iter().cloned());
+    }
+    let mut skipped = Vec::new();
+    for t in discovered {
+        let conflict = if names.contains(&t.name) {
+            Some(Conflict::Name)
+        } else if headers.contains(t.header_value()) {
+            Some(Conflict::Header)
+        } else if t.api_keys.iter().any(|k| keys.contains(k)) {
+            Some(Conflict::ApiKey)
+        } else {
+            None
+        };
+        if let Some(conflict) = conflict {
+            skipped.push(SkippedTenant {
+                tenant: t.name.clone(),
+                conflict,
+            });
+            continue;
+        }
+        names.insert(t.name.clone());
+        headers.insert(t.header_value().to_owned());
+        keys.extend(t.api_keys.iter().cloned());
+        into.policies.push(t.clone());
+    }
+    skipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::index::RouterIndex;
+
+    fn tenant(name: &str, header: Option<&str>, keys: &[&str]) -> TenantPolicyConfig {
+        TenantPolicyConfig {
+            name: name.into(),
+            header: header.map(str::to_owned),
+            api_keys: keys.iter().map(|k| k.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn names(t: &TenantsConfig) -> Vec<&str> {
+        t.policies.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn discovered_tenants_follow_the_files_in_order() {
+        let mut t = TenantsConfig {
+            policies: vec![tenant("file-a", None, &["sk-file-a-key"])],
+            ..Default::default()
+        };
+        let skipped = merge_tenants(
+            &mut t,
+            &[
+                tenant("k8s-b", Some("bee"), &["sk-k8s-b-key"]),
+                tenant("k8s-a", None, &[]),
+            ],
+        );
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert_eq!(names(&t), ["file-a", "k8s-b", "k8s-a"]);
+        assert_eq!(t.policies[1].header_value(), "bee");
+        assert_eq!(t.policies[1].api_keys, ["sk-k8s-b-key"]);
+        // Nothing discovered: the file's list as it was.
+        let before = t.clone();
+        assert!(merge_tenants(&mut t, &[]).is_empty());
+        assert_eq!(t, before);
+    }
+
+    #[test]
+    fn a_tenant_whose_name_header_or_key_is_taken_is_skipped() {
+        let mut t = TenantsConfig {
+            policies: vec![tenant("acme", Some("acme-corp"), &["sk-acme-file-1"])],
+            ..Default::default()
+        };
+        let skipped = merge_tenants(
+            &mut t,
+            &[
+                // The file's name, and the default tenant's.
+                tenant("acme", None, &[]),
+                tenant("default", None, &[]),
+                // The file's header value, given as a header or as a name.
+                tenant("other", Some("acme-corp"), &[]),
+                tenant("acme-corp", None, &[]),
+                // One of the file's keys among new ones.
+                tenant("thief", None, &["sk-thief-own-1", "sk-acme-file-1"]),
+                // Fine: taken by nothing.
+                tenant("first", None, &["sk-first-key-1"]),
+                // Conflicts with an earlier discovered tenant, not the file.
+                tenant("second", Some("first"), &[]),
+                tenant("third", None, &["sk-first-key-1"]),
+                tenant("first", Some("unique"), &[]),
+                // A skipped tenant takes nothing: its name, header and keys stay free.
+                tenant("thief", None, &["sk-thief-own-1"]),
+            ],
+        );
+        let got: Vec<(&str, Conflict)> = skipped
+            .iter()
+            .map(|s| (s.tenant.as_str(), s.conflict))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("acme", Conflict::Name),
+                ("default", Conflict::Name),
+                ("other", Conflict::Header),
+                ("acme-corp", Conflict::Header),
+                ("thief", Conflict::ApiKey),
+                ("second", Conflict::Header),
+                ("third", Conflict::ApiKey),
+                ("first", Conflict::Name),
+            ]
+        );
+        assert_eq!(names(&t), ["acme", "first", "thief"]);
+        assert_eq!(t.policies[2].api_keys, ["sk-thief-own-1"]);
+        for s in &skipped {
+            assert!(!s.conflict.to_string().contains("sk-"), "{}", s.conflict);
+        }
+    }
+
+    fn publisher(config: &Config) -> (Publisher, TableReader) {
+        let index: SharedIndex =
+            Arc::new(parking_lot::Mutex::new(RouterIndex::approximate(1 << 20)));
+        let start_scraper: StartScraper = Box::new(|_, _| tokio::spawn(async {}).abort_handle());
+        let (mut p, reader) =
+            Publisher::new(config, index, Arc::new(Metrics::new()), start_scraper);
+        p.apply(Update::File(Box::new(config.clone())));
+        (p, reader)
+    }
+
+    fn discovered(tenants: Vec<TenantPolicyConfig>) -> Update {
+        Update::Discovered {
+            pools: Vec::new(),
+            tenants,
+            applied: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn discovered_tenants_reach_the_table_and_survive_a_file_reload() {
+        let file = Config::parse(
+            "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools: []\n\
+             tenants:\n  policies:\n    - name: file-tenant\n      api_keys: [sk-file-key-1]\n",
+        )
+        .unwrap();
+        let (mut p, reader) = publisher(&file);
+        let policies = |r: &TableReader| -> Vec<(String, Vec<String>)> {
+            r.current()
+                .config
+                .tenants
+                .policies
+                .iter()
+                .map(|t| (t.name.clone(), t.api_keys.clone()))
+                .collect()
+        };
+        assert_eq!(
+            policies(&reader),
+            [("file-tenant".to_owned(), vec!["sk-file-key-1".to_owned()])]
+        );
+
+        // Only the tenants change (no pools at all): still a new table.
+        let (tx, rx) = oneshot::channel();
+        p.apply(Update::Discovered {
+            pools: Vec::new(),
+            tenants: vec![tenant("acme", None, &["sk-acme-first-key"])],
+            applied: Some(tx),
+        });
+        rx.await.expect("told once applied");
+        assert_eq!(
+            policies(&reader),
+            [
+                ("file-tenant".to_owned(), vec!["sk-file-key-1".to_owned()]),
+                ("acme".to_owned(), vec!["sk-acme-first-key".to_owned()]),
+            ]
+        );
+
+        // A rotated key replaces the old one.
+        p.apply(discovered(vec![tenant(
+            "acme",
+            None,
+            &["sk-acme-second-key"],
+        )]));
+        assert_eq!(policies(&reader)[1].1, ["sk-acme-second-key"]);
+
+        // The file is re-read: its tenants first again, the discovered ones kept.
+        p.apply(Update::File(Box::new(file.clone())));
+        assert_eq!(policies(&reader).len(), 2);
+        assert_eq!(policies(&reader)[1].0, "acme");
+
+        // A conflicting tenant is left out of the table; deleting the policy empties the list.
+        p.apply(discovered(vec![
+            tenant("copycat", None, &["sk-file-key-1"]),
+            tenant("acme", None, &["sk-acme-second-key"]),
+        ]));
+        let names: Vec<String> = policies(&reader).into_iter().map(|t| t.0).collect();
+        assert_eq!(names, ["file-tenant", "acme"]);
+        p.apply(discovered(Vec::new()));
+        assert_eq!(policies(&reader).len(), 1);
     }
 }

@@ -27,6 +27,38 @@ pub struct ScrapeTarget {
     pub engine: Engine,
 }
 
+/// Where a replica's engine publishes its KV events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvSource {
+    pub endpoint: String,
+    pub topic: String,
+}
+
+/// How far the router's view of a replica's KV cache can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvMode {
+    /// No events (none configured, or not connected yet): the approximate index alone.
+    #[default]
+    Off,
+    /// Events arrive but some were missed (the router started after the engine, a sequence
+    /// gap, a block whose parent was never seen): the engine may hold blocks the router does
+    /// not know of, so a replica's match is the better of the events' and the approximate
+    /// index's.
+    Uncertain,
+    /// Every event since the engine's cache was last empty has been seen: the events alone.
+    Fresh,
+}
+
+/// A replica's KV-event stream as the router has followed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KvStatus {
+    pub mode: KvMode,
+    /// The last sequence number seen.
+    pub last_seq: Option<u64>,
+    /// Tokens per block, from the events.
+    pub block_size: Option<usize>,
+}
+
 /// One serving endpoint.
 #[derive(Debug)]
 pub struct ReplicaState {
@@ -43,11 +75,17 @@ pub struct ReplicaState {
     /// Uncached prompt tokens of in-flight requests, until their responses end.
     inflight_uncached: AtomicU64,
     engine: Mutex<Option<(EngineLoad, Instant)>>,
+    /// Whether a scrape ever found load series: only then does a stale load mean "unknown"
+    /// rather than "this engine does not say" (flow control counts the first as saturated).
+    reported_load: std::sync::atomic::AtomicBool,
     pub health: Health,
     pub ttft: Mutex<TtftModel>,
     /// Idle data-path connections to this replica.
     pub pool: Arc<ConnPool>,
     scrape_target: Mutex<Option<ScrapeTarget>>,
+    kv_source: Mutex<Option<KvSource>>,
+    /// Written by the replica's KV-event task, read by the replica choice.
+    pub kv: Mutex<KvStatus>,
     scrape_task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -72,10 +110,13 @@ impl ReplicaState {
             pending_prefill: AtomicU64::new(0),
             inflight_uncached: AtomicU64::new(0),
             engine: Mutex::new(None),
+            reported_load: std::sync::atomic::AtomicBool::new(false),
             health: Health::default(),
             ttft: Mutex::new(TtftModel::new(prior)),
             pool: Arc::default(),
             scrape_target: Mutex::new(None),
+            kv_source: Mutex::new(None),
+            kv: Mutex::new(KvStatus::default()),
             scrape_task: Mutex::new(None),
         }
     }
@@ -107,7 +148,15 @@ impl ReplicaState {
 
     /// Record a scrape. `None` means the engine answered but exposes no load series we know.
     pub fn set_engine_load(&self, load: Option<EngineLoad>, at: Instant) {
+        if load.is_some() {
+            self.reported_load.store(true, Ordering::Relaxed);
+        }
         *self.engine.lock() = load.map(|l| (l, at));
+    }
+
+    /// Whether any scrape has found the engine's load series.
+    pub fn has_reported_load(&self) -> bool {
+        self.reported_load.load(Ordering::Relaxed)
     }
 
     pub fn scrape_target(&self) -> Option<ScrapeTarget> {
@@ -116,6 +165,10 @@ impl ReplicaState {
 
     pub(crate) fn set_scrape_target(&self, target: Option<ScrapeTarget>) {
         *self.scrape_target.lock() = target;
+    }
+
+    pub fn kv_source(&self) -> Option<KvSource> {
+        self.kv_source.lock().clone()
     }
 
     pub(crate) fn set_scrape_task(&self, handle: tokio::task::AbortHandle) {
@@ -246,7 +299,8 @@ impl ReplicaRegistry {
     /// parse). A replica whose URL changed is a new replica under the same name.
     pub fn sync(&mut self, config: &Config) -> RegistryChange {
         let mut change = RegistryChange::default();
-        let mut wanted: HashMap<&str, (&str, Option<ScrapeTarget>)> = HashMap::new();
+        type Wanted<'a> = (&'a str, Option<ScrapeTarget>, Option<KvSource>);
+        let mut wanted: HashMap<&str, Wanted<'_>> = HashMap::new();
         for pool in &config.pools {
             let target = pool.metrics_path.as_ref().map(|p| ScrapeTarget {
                 path: p.clone(),
@@ -254,7 +308,14 @@ impl ReplicaRegistry {
                 engine: pool.engine,
             });
             for r in &pool.replicas {
-                wanted.insert(&r.name, (&r.url, target.clone()));
+                let kv = pool.kv_events.as_ref().and_then(|kv| {
+                    let host = crate::config::parse_base_url(&r.url).ok()?;
+                    Some(KvSource {
+                        endpoint: kv.endpoint_for(host.host(), r.kv_events_endpoint.as_deref())?,
+                        topic: kv.topic.clone(),
+                    })
+                });
+                wanted.insert(&r.name, (&r.url, target.clone(), kv));
             }
         }
         let stale: Vec<String> = self
@@ -262,7 +323,7 @@ impl ReplicaRegistry {
             .0
             .iter()
             .filter(|e| match wanted.get(e.key().as_str()) {
-                Some((url, _)) => e.value().url != url.trim_end_matches('/'),
+                Some((url, ..)) => e.value().url != url.trim_end_matches('/'),
                 None => true,
             })
             .map(|e| e.key().clone())
@@ -276,9 +337,10 @@ impl ReplicaRegistry {
             }
         }
         let prior = config.predictor;
-        for (name, (url, target)) in wanted {
+        for (name, (url, target, kv)) in wanted {
             if let Some(state) = self.by_name.get(name) {
                 state.set_scrape_target(target);
+                *state.kv_source.lock() = kv;
                 continue;
             }
             let authority = match crate::config::parse_base_url(url) {
@@ -292,6 +354,7 @@ impl ReplicaRegistry {
             });
             let state = Arc::new(ReplicaState::new(id, name, url, authority, prior));
             state.set_scrape_target(target);
+            *state.kv_source.lock() = kv;
             self.by_name.0.insert(name.to_owned(), state.clone());
             change.added.push(state);
         }

@@ -5,8 +5,10 @@
 //! changes the rules under an in-flight request.
 
 use super::replica::{ReplicaRegistry, ReplicaState};
+use super::tokens::PreciseModel;
 use crate::config::{Config, Role};
 use crate::metrics::{Metrics, RouteLabels, RouteMetrics};
+use crate::tenants::Directory;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +37,10 @@ pub struct Table {
     /// `/v1/models` answer, rendered once.
     pub models_json: Bytes,
     pub stale_after: Duration,
+    /// Who requests belong to, under this table's configuration.
+    pub tenants: Directory,
+    /// Models routed from KV events: how to tokenize their requests.
+    precise: HashMap<String, Arc<PreciseModel>>,
 }
 
 impl Table {
@@ -43,7 +49,25 @@ impl Table {
         let mut models: HashMap<String, Vec<Candidate>> = HashMap::new();
         let mut prefill: HashMap<String, Vec<Candidate>> = HashMap::new();
         let mut model_names: Vec<&str> = Vec::new();
+        let mut precise = HashMap::new();
         for pool in &config.pools {
+            if let Some(kv) = &pool.kv_events {
+                match super::tokens::load(kv) {
+                    Ok(tokenizer) => {
+                        let m = Arc::new(PreciseModel {
+                            tokenizer,
+                            max_prompt_bytes: kv.max_prompt_bytes,
+                        });
+                        for model in &pool.models {
+                            precise.entry(model.clone()).or_insert_with(|| m.clone());
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        pool = %pool.name,
+                        "cannot load the tokenizer for KV-event routing; the pool is routed by the approximate index: {e}"
+                    ),
+                }
+            }
             let pool_name: Arc<str> = Arc::from(pool.name.as_str());
             for model in &pool.models {
                 if !model_names.contains(&model.as_str()) {
@@ -90,6 +114,8 @@ impl Table {
             hasher: BlockHasher::new(config.index.block_bytes),
             models_json,
             stale_after: Duration::from_millis(config.scrape.stale_after_ms),
+            tenants: Directory::new(&config.tenants),
+            precise,
             config,
         }
     }
@@ -114,6 +140,11 @@ impl Table {
     /// Prefill candidates for a model (ready or not), or `None` when it is not split.
     pub fn prefill_candidates(&self, model: &str) -> Option<&Arc<[Candidate]>> {
         self.prefill.get(model)
+    }
+
+    /// How to tokenize requests for `model`, when a pool serving it is routed from KV events.
+    pub fn precise(&self, model: &str) -> Option<&Arc<PreciseModel>> {
+        self.precise.get(model)
     }
 
     pub fn serves(&self, model: &str) -> bool {

@@ -124,3 +124,74 @@ pub fn text(seed: u64, bytes: usize) -> String {
     s.truncate(bytes);
     s
 }
+
+/// How well the router's predicted cached tokens (`x-warmpath-cached-tokens`, with
+/// `response_headers.decision`) agree with the engine's own (`usage.prompt_tokens_details`).
+#[derive(Debug, Default)]
+pub struct Agreement {
+    pub exact: usize,
+    pub total: usize,
+    /// (request, predicted, engine) where they differ.
+    pub misses: Vec<(u64, u64, u64)>,
+}
+
+impl Agreement {
+    pub fn assert_at_least(&self, percent: usize) {
+        assert!(
+            self.exact * 100 >= self.total * percent,
+            "{} of {} exact: {:?}",
+            self.exact,
+            self.total,
+            self.misses
+        );
+    }
+}
+
+/// A seeded mix of `n` chat and completion requests over four shared system prompts of
+/// `system_bytes` each, sent one at a time through the router at `addr` with `pause` between
+/// them (so that each request's KV events reach the router before the next, as they would
+/// between requests of a real workload that are not simultaneous).
+pub async fn cached_token_agreement(
+    addr: SocketAddr,
+    n: u64,
+    system_bytes: usize,
+    question_bytes: usize,
+    pause: Duration,
+) -> Agreement {
+    let systems: Vec<String> = (0..4).map(|g| text(100 + g, system_bytes)).collect();
+    let mut a = Agreement::default();
+    for i in 0..n {
+        let system = &systems[(i * 7 % 4) as usize];
+        let question = text(1000 + i, question_bytes);
+        let (path, body) = if i % 2 == 0 {
+            (
+                "/v1/chat/completions",
+                serde_json::json!({"model": "tiny", "max_tokens": 2, "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": question}]}),
+            )
+        } else {
+            (
+                "/v1/completions",
+                serde_json::json!({"model": "tiny", "max_tokens": 2, "prompt": format!("{system}{question}")}),
+            )
+        };
+        let r = post(addr, path, &body.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let predicted: u64 = r
+            .header("x-warmpath-cached-tokens")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX);
+        let actual = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        a.total += 1;
+        if predicted == actual {
+            a.exact += 1;
+        } else {
+            a.misses.push((i, predicted, actual));
+        }
+        tokio::time::sleep(pause).await;
+    }
+    a
+}

@@ -1,9 +1,9 @@
 //! The prefix index: which replica holds which prompt blocks.
 //!
 //! [`PrefixIndex`] is the seam between the two ways of knowing: [`ApproxIndex`] learns from the
-//! router's own decisions (a replica that was sent a prompt is assumed to hold its blocks), and a
-//! later implementation fed by engine KV events will answer the same queries from what the engines
-//! report. Both are bounded in memory by configuration: peers shipped unbounded indexes, we don't.
+//! router's own decisions (a replica that was sent a prompt is assumed to hold its blocks), and
+//! [`PreciseIndex`] answers from what the engines report in their KV events. Both are bounded
+//! in memory by configuration: peers shipped unbounded indexes, we don't.
 //!
 //! The approximate index is built from three parts: `holders` (per block, the replicas holding
 //! it, with a bitset for the bisection), `lru` (per replica, its blocks in recency order) and
@@ -14,9 +14,15 @@ mod approx;
 mod block_key;
 mod holders;
 mod lru;
+mod precise;
 
 pub use approx::{ApproxIndex, ENTRY_BYTES};
 pub use holders::INLINE_REPLICAS;
+pub use precise::{
+    block_key, engine_digest, is_cached_medium, prompt_keys, prompt_keys_with_extras, Applied,
+    ApplyError, PreciseIndex, PreciseLimits, PreciseStats, StoredBlocks, PRECISE_ENTRY_BYTES,
+    REPLICA_BYTES, ROOT_KEY,
+};
 
 use crate::{BlockHash, ReplicaId};
 
@@ -42,16 +48,13 @@ pub struct IndexStats {
 
 /// What the scheduler needs to know about cached prefixes, whoever maintains it.
 ///
-/// The second implementation this seam is for, an index fed by engine KV events
-/// (`warmpath-kv-events` decodes vLLM's `BlockStored` / `BlockRemoved` / `AllBlocksCleared`),
-/// answers the same question from the engines' own block hashes: the caller passes the
-/// request's hashes in the engine's scheme (token blocks hashed the engine's way, which needs the
-/// model's tokenizer, as llm-d's precise scorer does), the index treats `BlockStored` as
-/// insertion, `BlockRemoved` as eviction and `AllBlocksCleared` as
-/// [`PrefixIndex::remove_replica`], ignores
-/// [`PrefixIndex::on_routed`], and keeps the same byte bound. The contract for any implementation:
-/// `longest_prefix` answers at most `hashes.len()` for every candidate and 0 for unknown ones,
-/// memory stays within `stats().capacity_bytes`, and no method panics on any input.
+/// Two implementations: [`ApproxIndex`] keys blocks of the canonical prompt text and learns
+/// from [`PrefixIndex::on_routed`]; [`PreciseIndex`] keys token blocks by the router's own
+/// chained hash of their token ids (so the engine's hash seed and algorithm need not be known;
+/// the engine's hashes are kept only to apply removals), is fed by engine KV events, and ignores
+/// `on_routed`. The contract for any implementation: `longest_prefix` answers at most
+/// `hashes.len()` for every candidate and 0 for unknown ones, memory stays within its
+/// configured bound, and no method panics on any input.
 pub trait PrefixIndex: Send + Sync {
     /// For each candidate, the number of leading blocks of `hashes` it holds; `out[i]` answers
     /// `candidates[i]`. `out.len() == candidates.len()`.

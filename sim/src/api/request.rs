@@ -350,9 +350,15 @@ fn content_text(v: &Value, i: usize) -> Result<String, ApiError> {
         Value::String(s) => Ok(s.clone()),
         Value::Array(parts) => {
             let mut s = String::new();
-            for p in parts {
+            for (k, p) in parts.iter().enumerate() {
                 match p.get("text").and_then(Value::as_str) {
-                    Some(t) => s.push_str(t),
+                    Some(t) => {
+                        // vLLM joins text parts with newlines.
+                        if k > 0 {
+                            s.push('\n');
+                        }
+                        s.push_str(t)
+                    }
                     None => {
                         return Err(ApiError::bad_request(
                             Some("messages"),

@@ -15,13 +15,14 @@ fn parses_completions_and_chat() {
     );
     let r = parse_completion(br#"{"prompt":[1,2,3]}"#).unwrap();
     assert_eq!(r.input, Input::Tokens(vec![1, 2, 3]));
+    // vLLM joins text parts with newlines (renderers/chat_utils.py).
     let r = parse_chat(br#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":2}"#).unwrap();
     assert_eq!(r.max_tokens, Some(2));
     assert_eq!(
         r.input,
         Input::Chat(vec![ChatMessage {
             role: "user".into(),
-            content: "ab".into()
+            content: "a\nb".into()
         }])
     );
 }

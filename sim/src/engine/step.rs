@@ -225,7 +225,7 @@ impl Engine {
                 keep.push(s);
                 continue;
             }
-            let id = self.tokenizer.sample(s.req.seed, s.generated);
+            let id = crate::tokens::sample(&self.tokenizer, s.req.seed, s.generated);
             if s.generated == 0 {
                 // A request that arrived within a late timer's slack still never goes back in time.
                 s.ttft = (end - s.arrival).max(0.0);

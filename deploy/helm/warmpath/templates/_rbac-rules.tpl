@@ -1,6 +1,7 @@
 {{/*
-RBAC rules. The router only reads warmpath resources (no Pods, no Secrets); the controller is
-their single writer. Kept here so the ClusterRole and the per-namespace Roles cannot drift.
+RBAC rules. The router only reads warmpath resources and the Secrets holding TenantPolicies'
+API keys (no Pods, no writes); the controller is their single writer. Kept here so the
+ClusterRole and the per-namespace Roles cannot drift.
 */}}
 {{- define "warmpath.router.rules" -}}
 - apiGroups: [warmpath.dev]
@@ -9,6 +10,13 @@ their single writer. Kept here so the ClusterRole and the per-namespace Roles ca
 - apiGroups: [warmpath.dev]
   resources: [inferencepools/status, inferencereplicas/status, tenantpolicies/status]
   verbs: [get]
+{{- end }}
+
+{{- /* Read-only: the router never writes a Secret. */ -}}
+{{- define "warmpath.router.secretRules" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch]
 {{- end }}
 
 {{- define "warmpath.controller.rules" -}}

@@ -350,7 +350,7 @@ impl Split {
         let prefill_leg = {
             let head = prefill_head(&chosen);
             let config = table.config.clone();
-            let index = self.choose.index().clone();
+            let index = self.choose.index().approx.clone();
             let metrics = self.metrics.clone();
             async move {
                 let result = run_leg(&prefill, head, body, &config, &index, &metrics).await;
@@ -411,7 +411,7 @@ impl Split {
             prefill_head(chosen),
             body,
             &chosen.request.ctx().table.config,
-            self.choose.index(),
+            &self.choose.index().approx,
             &self.metrics,
         )
         .await

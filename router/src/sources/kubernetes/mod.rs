@@ -1,7 +1,9 @@
-//! Kubernetes mode: the router reads its pools from the cluster. Reflectors keep local copies
-//! of InferencePools, InferenceReplicas and TenantPolicies (in the watched namespaces, or all);
-//! after every batch of changes the pool list is recomputed from those copies
-//! ([`translate::discovered`]) and the routing table swapped atomically.
+//! Kubernetes mode: the router reads its pools and tenants from the cluster. Reflectors keep
+//! local copies of InferencePools, InferenceReplicas, TenantPolicies and Secrets (in the
+//! watched namespaces, or all; the router's account needs to read all four there); after every
+//! batch of changes the pool list ([`translate::discovered`]) and the tenant list
+//! ([`tenants::discovered`], API keys from the Secrets the policies name) are recomputed from
+//! those copies, and the routing table swapped atomically when either changed.
 //!
 //! Failure behaviour, which is the point of this module:
 //! - Until every watch has delivered its first full list, `/readyz` answers 503 (a router
@@ -12,17 +14,20 @@
 //!   is complete, and the table is recomputed from the copies, so an object deleted during the
 //!   outage (whose Delete event was never seen) disappears from the table too.
 
+pub mod tenants;
 pub mod translate;
 
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, TenantPolicyConfig};
 use crate::metrics::{KubernetesMetrics, Metrics};
 use crate::state::publish::{Update, Updates};
 use futures_util::stream::{self, BoxStream, StreamExt};
-use kube::runtime::reflector::{self, Store};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -126,10 +131,32 @@ enum Signal {
     Error(String),
 }
 
+/// Field selector of the Secret watches: Helm keeps every revision of every release as a
+/// Secret (up to 1 MiB each) and none of them holds a tenant's API keys.
+const SECRET_FIELDS: &str = "type!=helm.sh/release.v1";
+
+/// What the router keeps of a watched object: server-side apply's bookkeeping is dropped from
+/// every kind (it can be larger than the object and is never read).
+fn trim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// A Secret as kept for its API keys: `data` only. Annotations go too, since
+/// `kubectl apply` copies the whole Secret, values included, into one of them.
+fn trim_secret(secret: &mut Secret) {
+    trim(secret);
+    secret.metadata.annotations = None;
+    secret.string_data = None;
+}
+
+/// Watch one kind in each namespace (or all), reflecting into a store per watch. `config` and
+/// `modify` say what to list and what to keep of each object.
 fn watch_kind<K>(
     client: &Client,
     namespaces: &[String],
     first_index: usize,
+    config: &watcher::Config,
+    modify: fn(&mut K),
     stores: &mut Vec<Store<K>>,
     streams: &mut Vec<BoxStream<'static, Signal>>,
 ) where
@@ -153,8 +180,9 @@ fn watch_kind<K>(
         let index = first_index + i;
         let (reader, writer) = reflector::store::<K>();
         stores.push(reader);
-        let s = watcher(api, watcher::Config::default())
+        let s = watcher(api, config.clone())
             .backoff(WatchBackoff::default())
+            .modify(modify)
             .reflect(writer)
             .map(move |ev| match ev {
                 Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::Delete(_)) => Signal::Changed,
@@ -166,7 +194,8 @@ fn watch_kind<K>(
     }
 }
 
-/// Watch the cluster and send the publisher its pools whenever they change, until `shutdown`.
+/// Watch the cluster and send the publisher its pools and tenants whenever either changes, until
+/// `shutdown`.
 pub(crate) async fn run(
     discovery: Discovery,
     updates: Updates,
@@ -175,20 +204,43 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let metrics = &metrics.kubernetes;
-    let mut sent: Option<Vec<PoolConfig>> = None;
+    let mut sent: Option<(Vec<PoolConfig>, Vec<TenantPolicyConfig>)> = None;
+    let mut warned = BTreeSet::new();
     let ns = &discovery.namespaces;
+    let client = &discovery.client;
     let per_kind = ns.len().max(1);
+    let all = watcher::Config::default();
     let mut streams = Vec::new();
     let mut pools = Vec::new();
     let mut replicas = Vec::new();
-    let mut tenants = Vec::new();
-    watch_kind::<InferencePool>(&discovery.client, ns, 0, &mut pools, &mut streams);
-    watch_kind::<InferenceReplica>(&discovery.client, ns, per_kind, &mut replicas, &mut streams);
+    let mut policies = Vec::new();
+    let mut secrets = Vec::new();
+    watch_kind::<InferencePool>(client, ns, 0, &all, trim, &mut pools, &mut streams);
+    watch_kind::<InferenceReplica>(
+        client,
+        ns,
+        per_kind,
+        &all,
+        trim,
+        &mut replicas,
+        &mut streams,
+    );
     watch_kind::<TenantPolicy>(
-        &discovery.client,
+        client,
         ns,
         2 * per_kind,
-        &mut tenants,
+        &all,
+        trim,
+        &mut policies,
+        &mut streams,
+    );
+    watch_kind::<Secret>(
+        client,
+        ns,
+        3 * per_kind,
+        &watcher::Config::default().fields(SECRET_FIELDS),
+        trim_secret,
+        &mut secrets,
         &mut streams,
     );
     let mut listed = vec![false; streams.len()];
@@ -196,7 +248,7 @@ pub(crate) async fn run(
     let mut last_error_log: Option<Instant> = None;
     tracing::info!(
         namespaces = %if ns.is_empty() { "*".to_owned() } else { ns.join(",") },
-        "watching InferencePools, InferenceReplicas and TenantPolicies"
+        "watching InferencePools, InferenceReplicas, TenantPolicies and Secrets"
     );
     loop {
         let first = tokio::select! {
@@ -242,18 +294,27 @@ pub(crate) async fn run(
         }
         let pool_objs: Vec<_> = pools.iter().flat_map(|s| s.state()).collect();
         let replica_objs: Vec<_> = replicas.iter().flat_map(|s| s.state()).collect();
-        let tenant_count: usize = tenants.iter().map(|s| s.state().len()).sum();
+        let policy_objs: Vec<_> = policies.iter().flat_map(|s| s.state()).collect();
         let found = translate::discovered(
             pool_objs.iter().map(|p| p.as_ref()),
             replica_objs.iter().map(|r| r.as_ref()),
         );
-        record(metrics, &found, tenant_count);
-        if sent.as_ref() != Some(&found.pools) {
-            sent = Some(found.pools.clone());
+        let found_tenants =
+            tenants::discovered(policy_objs.iter().map(|p| p.as_ref()), |ns, name| {
+                let key = ObjectRef::new(name).within(ns);
+                secrets.iter().find_map(|s| s.get(&key))
+            });
+        record(metrics, &found, policy_objs.len());
+        tenants::warn_new(&found_tenants.problems, &mut warned);
+        let next = (found.pools, found_tenants.tenants);
+        if sent.as_ref() != Some(&next) {
+            sent = Some(next.clone());
+            let (pools, tenants) = next;
             // Until the first list is routed, readiness waits for the table that holds it.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let update = Update::Discovered {
-                pools: found.pools,
+                pools,
+                tenants,
                 applied: (!status.synced()).then_some(tx),
             };
             if updates.send(update).is_err() {
@@ -268,7 +329,7 @@ pub(crate) async fn run(
             tracing::info!(
                 pools = pool_objs.len(),
                 replicas = replica_objs.len(),
-                tenants = tenant_count,
+                tenants = policy_objs.len(),
                 "first full list from the Kubernetes API applied; ready"
             );
             *status.error.lock() = None;

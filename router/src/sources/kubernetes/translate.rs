@@ -112,6 +112,7 @@ pub fn discovered<'a>(
             name: replica_name,
             url: r.spec.url(),
             bootstrap_port: None,
+            kv_events_endpoint: None,
         });
     }
     // Pools without replicas still name their models: `/v1/models` lists them and requests
@@ -138,7 +139,19 @@ pub fn discovered<'a>(
         .map(
             |((name, models, role, engine), (metrics_path, metrics_port, mut replicas))| {
                 replicas.sort_by(|a, b| a.name.cmp(&b.name));
+                let spec = name
+                    .split_once('/')
+                    .and_then(|(ns, n)| by_key.get(&(ns.to_owned(), n.to_owned())))
+                    .map(|p| &p.spec);
+                let kv_events = spec.and_then(|s| s.kv_events.as_ref()).map(|kv| {
+                    crate::config::KvEventsConfig {
+                        endpoint: Some(format!("tcp://{{host}}:{}", kv.port)),
+                        topic: kv.topic.clone(),
+                        ..Default::default()
+                    }
+                });
                 PoolConfig {
+                    kv_events,
                     name,
                     models,
                     role,

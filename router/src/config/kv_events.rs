@@ -1,0 +1,81 @@
+//! `pools[].kv_events`: routing a pool from its engines' own KV-cache events, and the tokenizer
+//! that cuts requests into the same token blocks the engines report.
+
+use super::FieldPath;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// How to hear a pool's engines and tokenize its requests.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvEventsConfig {
+    /// Where each replica's engine publishes, when it binds (vLLM
+    /// `--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+    /// "endpoint": "tcp://*:5557"}'`): `{host}` is the replica URL's host. Every router replica
+    /// connects to every engine. A replica's `kv_events_endpoint` overrides it.
+    pub endpoint: Option<String>,
+    /// Only messages whose topic starts with this are read.
+    pub topic: String,
+    /// The model's `tokenizer.json`; absent: the byte-level approximation (4 bytes per token,
+    /// as `warmpath-sim` without `--tokenizer`).
+    pub tokenizer: Option<PathBuf>,
+    /// The chat template: a Jinja file, or a `tokenizer_config.json` with `chat_template`;
+    /// absent: `role: content` lines and `assistant:`.
+    pub chat_template: Option<PathBuf>,
+    /// Prompts longer than this (bytes) are not tokenized; they are routed by the approximate
+    /// index alone.
+    pub max_prompt_bytes: usize,
+}
+
+impl Default for KvEventsConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            topic: String::new(),
+            tokenizer: None,
+            chat_template: None,
+            max_prompt_bytes: 4 << 20,
+        }
+    }
+}
+
+impl KvEventsConfig {
+    /// The endpoint of a replica at `host`, from the pool's template or the replica's own.
+    pub fn endpoint_for(&self, host: &str, own: Option<&str>) -> Option<String> {
+        own.map(str::to_owned)
+            .or_else(|| self.endpoint.as_ref().map(|t| t.replace("{host}", host)))
+    }
+
+    pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if let Some(e) = &self.endpoint {
+            check_endpoint(e).map_err(|m| (at.key("endpoint"), m))?;
+        }
+        for (field, path) in [
+            ("tokenizer", &self.tokenizer),
+            ("chat_template", &self.chat_template),
+        ] {
+            if let Some(p) = path {
+                if !p.is_file() {
+                    return Err((at.key(field), format!("`{}` is not a file", p.display())));
+                }
+            }
+        }
+        if self.max_prompt_bytes == 0 {
+            return Err((at.key("max_prompt_bytes"), "must be > 0".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// A ZMQ TCP endpoint to connect to.
+pub fn check_endpoint(e: &str) -> Result<(), String> {
+    let rest = e
+        .strip_prefix("tcp://")
+        .ok_or_else(|| format!("`{e}`: only tcp:// endpoints are supported"))?;
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(())
+        }
+        _ => Err(format!("`{e}`: expected tcp://HOST:PORT")),
+    }
+}

@@ -1,0 +1,345 @@
+//! The `tenants:` and `flow:` sections: who a request belongs to, and what happens to it when
+//! demand exceeds capacity.
+//!
+//! The per-tenant numbers (limits, queue bounds) are the flow core's own types
+//! ([`warmpath_flow`]), checked by its `validate` methods, so that the file and a TenantPolicy
+//! obey one set of rules.
+
+use super::FieldPath;
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use warmpath_flow::{FlowQueueConfig, LimitersConfig, TenantLimitsConfig};
+
+/// `tenants:` how requests are attributed to tenants, and the tenants known by name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantsConfig {
+    /// Refuse (401) requests without a known API key, unless a trusted source names the tenant
+    /// in a header (a gateway in front that authenticated the client).
+    pub require_api_key: bool,
+    /// Send the client's `Authorization` header on to the engines. When any tenant has API
+    /// keys, the header is otherwise removed (a tenant's key is the router's business, not the
+    /// engine's); with no keys configured it passes untouched (an engine's own `--api-key`).
+    pub forward_api_key: bool,
+    /// Peers (CIDRs) whose tenant headers are believed; from anyone else they are ignored.
+    /// Default: loopback only (a gateway or sidecar in the same pod).
+    pub trusted_sources: Vec<IpNet>,
+    /// Headers that name the tenant, first present wins (from trusted sources only).
+    pub headers: Vec<String>,
+    /// The tenant of requests that name none (its `name` is the metric label and queue key).
+    pub default: TenantPolicyConfig,
+    /// Tenants with their own settings; any other name from a trusted header is a tenant with
+    /// `default`'s settings.
+    pub policies: Vec<TenantPolicyConfig>,
+}
+
+impl Default for TenantsConfig {
+    fn default() -> Self {
+        Self {
+            require_api_key: false,
+            forward_api_key: false,
+            trusted_sources: vec![
+                "127.0.0.0/8".parse().expect("a CIDR"),
+                "::1/128".parse().expect("a CIDR"),
+            ],
+            headers: vec![
+                "x-warmpath-tenant".to_owned(),
+                "x-llm-d-inference-fairness-id".to_owned(),
+                "x-gateway-inference-fairness-id".to_owned(),
+            ],
+            default: TenantPolicyConfig {
+                name: "default".to_owned(),
+                ..TenantPolicyConfig::default()
+            },
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// One tenant's settings (the static file's form of a TenantPolicy).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantPolicyConfig {
+    /// The tenant's name: metric label, queue key, and the header value naming it unless
+    /// `header` says otherwise.
+    pub name: String,
+    /// The tenant header value that names this tenant; absent: `name`.
+    pub header: Option<String>,
+    /// API keys (`Authorization: Bearer <key>`) of this tenant.
+    pub api_keys: Vec<String>,
+    /// A file with more keys, one per line (blank lines and `#` comments skipped); read when
+    /// the configuration is loaded.
+    pub api_keys_file: Option<PathBuf>,
+    /// Share relative to the other tenants of its priority band (1 to 1000).
+    pub weight: u32,
+    /// Priority band: higher is served first; negative is sheddable.
+    pub priority: i32,
+    /// Refused (429 `saturated`) instead of queued when the pool is saturated.
+    pub sheddable: bool,
+    /// Requests of this tenant waiting at once (the queue's per-tenant bound applies too).
+    pub max_queued_requests: Option<usize>,
+    pub limits: TenantLimitsConfig,
+}
+
+impl Default for TenantPolicyConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            header: None,
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            weight: 1,
+            priority: 0,
+            sheddable: false,
+            max_queued_requests: None,
+            limits: TenantLimitsConfig::default(),
+        }
+    }
+}
+
+impl TenantPolicyConfig {
+    /// The header value that names this tenant.
+    pub fn header_value(&self) -> &str {
+        self.header.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether requests of this tenant are refused rather than queued when saturated.
+    pub fn is_sheddable(&self) -> bool {
+        self.sheddable || self.priority < 0
+    }
+
+    /// Keys from `api_keys_file` joined to `api_keys` (done once at load).
+    pub fn load_key_file(&mut self) -> Result<(), String> {
+        let Some(path) = &self.api_keys_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        self.api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+        Ok(())
+    }
+
+    fn validate(&self, at: &FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.name.trim().is_empty() || !is_token(&self.name) {
+            return Err((
+                at.key("name"),
+                "must be printable ASCII without spaces (1-256 characters)".to_owned(),
+            ));
+        }
+        if let Some(h) = &self.header {
+            if !is_token(h) {
+                return Err((
+                    at.key("header"),
+                    "must be printable ASCII without spaces (1-256 characters)".to_owned(),
+                ));
+            }
+        }
+        if !(1..=1000).contains(&self.weight) {
+            return Err((at.key("weight"), "must be between 1 and 1000".to_owned()));
+        }
+        if !(-1000..=1000).contains(&self.priority) {
+            return Err((
+                at.key("priority"),
+                "must be between -1000 and 1000".to_owned(),
+            ));
+        }
+        for (i, key) in self.api_keys.iter().enumerate() {
+            if key.len() < 8 || !is_token(key) {
+                return Err((
+                    at.key("api_keys").index(i),
+                    "an API key must be 8 to 256 printable ASCII characters without spaces"
+                        .to_owned(),
+                ));
+            }
+        }
+        self.limits.validate().map_err(|e| {
+            let field = e
+                .field()
+                .into_iter()
+                .fold(at.key("limits"), |p, k| p.key(k));
+            (field, e.to_string())
+        })
+    }
+}
+
+/// A header value a tenant can be named by: 1-256 visible ASCII characters.
+pub fn is_token(s: &str) -> bool {
+    (1..=256).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl TenantsConfig {
+    pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        for (i, h) in self.headers.iter().enumerate() {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                return Err((
+                    at.key("headers").index(i),
+                    format!("`{h}` is not an HTTP header name"),
+                ));
+            }
+        }
+        self.default.validate(&at.key("default"))?;
+        if !self.default.api_keys.is_empty() || self.default.api_keys_file.is_some() {
+            return Err((
+                at.key("default").key("api_keys"),
+                "the default tenant is the one without a key; give keys to a named tenant"
+                    .to_owned(),
+            ));
+        }
+        let mut names = HashSet::from([self.default.name.as_str()]);
+        let mut headers = HashSet::new();
+        let mut keys = HashSet::new();
+        for (i, p) in self.policies.iter().enumerate() {
+            let pp = at.key("policies").index(i);
+            p.validate(&pp)?;
+            if !names.insert(p.name.as_str()) {
+                return Err((pp.key("name"), format!("duplicate tenant `{}`", p.name)));
+            }
+            if !headers.insert(p.header_value()) {
+                return Err((
+                    pp.key("header"),
+                    format!("another tenant is already named `{}`", p.header_value()),
+                ));
+            }
+            for (k, key) in p.api_keys.iter().enumerate() {
+                if !keys.insert(key.as_str()) {
+                    // The key itself is never printed.
+                    return Err((
+                        pp.key("api_keys").index(k),
+                        "this API key is also given to another tenant (or twice)".to_owned(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any tenant has API keys (then `Authorization` is the router's, see
+    /// `forward_api_key`).
+    pub fn has_keys(&self) -> bool {
+        self.policies.iter().any(|p| !p.api_keys.is_empty())
+    }
+}
+
+/// How fair shares are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fairness {
+    /// By tokens: a request costs its prompt plus its expected output, corrected at
+    /// completion to the uncached prompt plus the output it produced.
+    #[default]
+    Tokens,
+    /// By requests, as llm-d's flow control shares: every request costs 1 (kept to compare).
+    Requests,
+}
+
+/// `flow:` queueing when a pool is saturated. Tenant limits apply whether or not it is
+/// enabled.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FlowConfig {
+    /// Hold requests in per-tenant queues while the pool is saturated (otherwise they go
+    /// straight to a replica and wait in its engine's queue, first come first served).
+    pub enabled: bool,
+    pub fairness: Fairness,
+    /// Output tokens a request is expected to produce when charged at dispatch: its
+    /// `max_tokens` (or `limits.default_max_tokens`), at most this.
+    pub expected_output_tokens: u32,
+    pub saturation: SaturationConfig,
+    pub queue: FlowQueueConfig,
+    pub limiters: LimitersConfig,
+    /// Tenants with their own metric series; the others are counted as `other`.
+    pub metric_tenants: usize,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            fairness: Fairness::Tokens,
+            expected_output_tokens: 256,
+            saturation: SaturationConfig::default(),
+            queue: FlowQueueConfig::default(),
+            limiters: LimitersConfig::default(),
+            metric_tenants: 20,
+        }
+    }
+}
+
+/// When a pool counts as saturated: every ready replica serving the model is past one of these
+/// bounds (a bound left out is not checked).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SaturationConfig {
+    /// Requests the router has in flight to one replica. The exact, instant signal: set it to
+    /// what one engine runs at once (its batch) and queued work waits in the router, in fair
+    /// order, instead of in the engine.
+    pub max_inflight_requests: Option<u32>,
+    /// Prompt and expected output tokens the router has in flight to one replica.
+    pub max_inflight_tokens: Option<u64>,
+    /// The engine's own queue (`vllm:num_requests_waiting`), from the last scrape.
+    pub max_waiting_requests: Option<f64>,
+    /// The engine's KV cache use (0-1), from the last scrape.
+    pub max_kv_usage: Option<f64>,
+    /// A replica whose metrics are scraped but older than `scrape.stale_after_ms` counts as
+    /// saturated (its load is unknown).
+    pub stale_metrics_saturate: bool,
+}
+
+impl Default for SaturationConfig {
+    fn default() -> Self {
+        Self {
+            max_inflight_requests: None,
+            max_inflight_tokens: None,
+            // llm-d's saturation detector's defaults.
+            max_waiting_requests: Some(5.0),
+            max_kv_usage: Some(0.8),
+            stale_metrics_saturate: true,
+        }
+    }
+}
+
+impl FlowConfig {
+    pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        let flow = |e: warmpath_flow::ConfigError, section: &'static str| {
+            let field = e.field().into_iter().fold(at.key(section), |p, k| p.key(k));
+            (field, e.to_string())
+        };
+        self.queue.validate().map_err(|e| flow(e, "queue"))?;
+        self.limiters.validate().map_err(|e| flow(e, "limiters"))?;
+        if self.expected_output_tokens == 0 {
+            return Err((at.key("expected_output_tokens"), "must be >= 1".to_owned()));
+        }
+        if self.metric_tenants > 1000 {
+            return Err((
+                at.key("metric_tenants"),
+                "at most 1000 (each tenant is a set of metric series)".to_owned(),
+            ));
+        }
+        let s = &self.saturation;
+        let sat = at.key("saturation");
+        if s.max_inflight_requests == Some(0) {
+            return Err((sat.key("max_inflight_requests"), "must be >= 1".to_owned()));
+        }
+        if s.max_inflight_tokens == Some(0) {
+            return Err((sat.key("max_inflight_tokens"), "must be >= 1".to_owned()));
+        }
+        if let Some(w) = s.max_waiting_requests {
+            if !(w.is_finite() && w >= 0.0) {
+                return Err((sat.key("max_waiting_requests"), "must be >= 0".to_owned()));
+            }
+        }
+        if let Some(k) = s.max_kv_usage {
+            if !(k > 0.0 && k <= 1.0) {
+                return Err((sat.key("max_kv_usage"), "must be in (0, 1]".to_owned()));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! Saturation on real replica state (registry, table) with the signals set by hand.
+
+use super::saturation::{saturated, Admitted};
+use crate::config::{Config, SaturationConfig};
+use crate::metrics::Metrics;
+use crate::state::replica::{InflightGuard, ReplicaRegistry};
+use crate::state::table::Table;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warmpath_routing::scheduler::EngineLoad;
+
+fn table() -> (Table, ReplicaRegistry) {
+    let config = Config::parse(
+        "pools:\n  - name: p\n    models: [m]\n    replicas:\n      - { name: r0, url: \"http://127.0.0.1:1\" }\n      - { name: r1, url: \"http://127.0.0.1:2\" }\n",
+    )
+    .unwrap();
+    let mut registry = ReplicaRegistry::default();
+    registry.sync(&config);
+    let table = Table::build(Arc::new(config), &registry, &Metrics::new());
+    (table, registry)
+}
+
+const STALE: Duration = Duration::from_millis(300);
+
+fn load(waiting: f64, kv: f64) -> Option<EngineLoad> {
+    Some(EngineLoad {
+        running: 1.0,
+        waiting,
+        kv_cache_usage: kv,
+    })
+}
+
+#[test]
+fn the_pool_is_saturated_only_when_every_ready_replica_is() {
+    let (table, reg) = table();
+    let c = table.candidates("m").unwrap();
+    let bounds = SaturationConfig::default();
+    let now = Instant::now();
+    let (r0, r1) = (reg.get("r0").unwrap(), reg.get("r1").unwrap());
+    let sat = |now| saturated(c, &bounds, Admitted::default(), STALE, now);
+    assert!(
+        !sat(now),
+        "engines that never reported load are not saturated"
+    );
+    r0.set_engine_load(load(9.0, 0.1), now);
+    r1.set_engine_load(load(0.0, 0.5), now);
+    assert!(!sat(now), "r1 has room");
+    r1.set_engine_load(load(0.0, 0.95), now);
+    assert!(sat(now), "r0's queue and r1's KV are past their bounds");
+    r1.set_engine_load(load(0.0, 0.5), now);
+    assert!(
+        sat(now + Duration::from_secs(1)),
+        "load that has gone stale is unknown, not spare"
+    );
+    let lenient = SaturationConfig {
+        stale_metrics_saturate: false,
+        ..bounds.clone()
+    };
+    assert!(!saturated(
+        c,
+        &lenient,
+        Admitted::default(),
+        STALE,
+        now + Duration::from_secs(1)
+    ));
+    // A replica out of rotation does not count: the pool is as saturated as r0.
+    r1.health.on_connect_error(&table.config.health, now);
+    assert!(sat(now));
+    // Nothing ready at all: not saturated (the request goes on to a 503).
+    r0.health.on_connect_error(&table.config.health, now);
+    assert!(!sat(now));
+}
+
+#[test]
+fn the_routers_own_counts_bound_the_pool_at_once() {
+    let (table, reg) = table();
+    let c = table.candidates("m").unwrap();
+    let bounds = SaturationConfig {
+        max_inflight_requests: Some(2),
+        max_inflight_tokens: Some(1000),
+        max_waiting_requests: None,
+        max_kv_usage: None,
+        stale_metrics_saturate: true,
+    };
+    let now = Instant::now();
+    let admitted = |requests, tokens| Admitted { requests, tokens };
+    assert!(!saturated(c, &bounds, admitted(3, 0), STALE, now));
+    assert!(
+        saturated(c, &bounds, admitted(4, 0), STALE, now),
+        "2 per replica × 2"
+    );
+    assert!(
+        saturated(c, &bounds, admitted(1, 2000), STALE, now),
+        "tokens"
+    );
+    // Requests of another model on the same replicas count through the replicas' own counts.
+    let _a = InflightGuard::new(reg.get("r0").unwrap(), 10, 10);
+    let _b = InflightGuard::new(reg.get("r0").unwrap(), 10, 10);
+    assert!(!saturated(c, &bounds, admitted(0, 0), STALE, now));
+    let _c = InflightGuard::new(reg.get("r1").unwrap(), 1000, 10);
+    assert!(saturated(c, &bounds, admitted(0, 0), STALE, now));
+}

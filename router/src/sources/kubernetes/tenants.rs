@@ -1,0 +1,609 @@
+//! From the cluster's TenantPolicies and the Secrets holding their API keys to the router's
+//! tenant list: a pure function of the objects as the reflectors hold them now, like
+//! [`super::translate`] for pools, so a Secret rotated or deleted while a watch was down is
+//! picked up by the relist without incremental state.
+//!
+//! Tenants are named by the TenantPolicy's own name, without its namespace: the name is what a
+//! trusted tenant header says and what metrics are labelled with, and tenants are one set in
+//! the router. Two policies of the same name in different namespaces: the first namespace in
+//! alphabetical order wins and the other is reported.
+//!
+//! What is left out is returned as [`Problem`]s for the caller to log; none of them ever holds
+//! an API key's value (only the Secret's and the data key's names).
+
+use crate::config::{is_token, TenantPolicyConfig};
+use k8s_openapi::api::core::v1::Secret;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use warmpath_api::v1alpha1::{TenantLimits, TenantPolicy};
+use warmpath_flow::TenantLimitsConfig;
+
+/// The shortest API key accepted (as in the static file: a shorter one is guessable).
+const MIN_KEY_LEN: usize = 8;
+
+/// Something about a TenantPolicy the router could not use as written. `policy` and `secret`
+/// are `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Problem {
+    /// Another namespace's TenantPolicy of the same name was taken; this one is not routed.
+    DuplicateName { policy: String, kept: String },
+    /// The referenced Secret does not exist (or is not visible): the tenant has no keys.
+    SecretMissing { policy: String, secret: String },
+    /// The Secret exists but has no such data key: the tenant has no keys.
+    KeyMissing {
+        policy: String,
+        secret: String,
+        key: String,
+    },
+    /// One value of the Secret is not a usable API key and was left out; `entry` is its data
+    /// key (the name, never the value).
+    BadKey {
+        policy: String,
+        secret: String,
+        entry: String,
+        why: BadKey,
+    },
+    /// The policy's settings break a rule the router enforces (the CRD's schema normally
+    /// prevents it; an object stored under an older schema may not): not routed.
+    Invalid { policy: String, message: String },
+}
+
+/// Why a Secret value is not an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BadKey {
+    NotUtf8,
+    TooShort,
+    /// Characters other than visible ASCII, or longer than 256.
+    NotVisibleAscii,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::DuplicateName { policy, kept } => write!(
+                f,
+                "TenantPolicy {policy} skipped: {kept} has the same name, and tenants are named without their namespace"
+            ),
+            Problem::SecretMissing { policy, secret } => write!(
+                f,
+                "TenantPolicy {policy}: Secret {secret} not found; the tenant has no API keys until it exists"
+            ),
+            Problem::KeyMissing {
+                policy,
+                secret,
+                key,
+            } => write!(
+                f,
+                "TenantPolicy {policy}: Secret {secret} has no key {key:?}; the tenant has no API keys until it does"
+            ),
+            Problem::BadKey {
+                policy,
+                secret,
+                entry,
+                why,
+            } => {
+                let why = match why {
+                    BadKey::NotUtf8 => "is not UTF-8 text".to_owned(),
+                    BadKey::TooShort => format!("is shorter than {MIN_KEY_LEN} characters"),
+                    BadKey::NotVisibleAscii => {
+                        "has characters other than visible ASCII (or more than 256)".to_owned()
+                    }
+                };
+                write!(
+                    f,
+                    "TenantPolicy {policy}: the value of {entry:?} in Secret {secret} {why}; it is not accepted as an API key"
+                )
+            }
+            Problem::Invalid { policy, message } => {
+                write!(f, "TenantPolicy {policy} skipped: {message}")
+            }
+        }
+    }
+}
+
+/// The tenants to route and what was left out.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Found {
+    pub tenants: Vec<TenantPolicyConfig>,
+    pub problems: Vec<Problem>,
+}
+
+/// The flow core's limits from a TenantPolicy's (rates as numbers).
+pub fn limits(l: &TenantLimits) -> TenantLimitsConfig {
+    TenantLimitsConfig {
+        requests_per_second: l.requests_per_second.map(f64::from),
+        burst: l.burst.map(f64::from),
+        tokens_per_second: l.tokens_per_second.map(f64::from),
+        token_burst: l.token_burst.map(f64::from),
+        max_concurrent_requests: l.max_concurrent_requests,
+    }
+}
+
+/// The flow core's messages name its own (snake_case) fields; a TenantPolicy's author knows
+/// them by the CRD's names.
+fn camel_case_fields(message: &str) -> String {
+    [
+        ("requests_per_second", "requestsPerSecond"),
+        ("tokens_per_second", "tokensPerSecond"),
+        ("token_burst", "tokenBurst"),
+        ("max_concurrent_requests", "maxConcurrentRequests"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |m, (snake, camel)| {
+        m.replace(snake, camel)
+    })
+}
+
+/// The API keys in `secret` per `key` (one data key, or all of them in key order), trimmed and
+/// without duplicates; values that are not keys are reported.
+fn keys_of(
+    secret: &Secret,
+    key: Option<&str>,
+    policy: &str,
+    secret_name: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<String> {
+    let empty = Default::default();
+    let data = secret.data.as_ref().unwrap_or(&empty);
+    let entries: Vec<(&String, &k8s_openapi::ByteString)> = match key {
+        Some(k) => match data.get_key_value(k) {
+            Some(entry) => vec![entry],
+            None => {
+                problems.push(Problem::KeyMissing {
+                    policy: policy.to_owned(),
+                    secret: secret_name.to_owned(),
+                    key: k.to_owned(),
+                });
+                return Vec::new();
+            }
+        },
+        None => data.iter().collect(),
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for (entry, value) in entries {
+        let bad = |why| Problem::BadKey {
+            policy: policy.to_owned(),
+            secret: secret_name.to_owned(),
+            entry: entry.clone(),
+            why,
+        };
+        let Ok(text) = std::str::from_utf8(&value.0) else {
+            problems.push(bad(BadKey::NotUtf8));
+            continue;
+        };
+        // Trailing newlines are what `echo` into a file and `kubectl create secret
+        // --from-file` leave behind; they are not part of the key.
+        let text = text.trim();
+        if text.is_empty() {
+            // An empty value is a placeholder, not a mistake worth a warning (the controller
+            // reports a Secret with no keys in the policy's status).
+            continue;
+        }
+        if !is_token(text) {
+            problems.push(bad(BadKey::NotVisibleAscii));
+        } else if text.len() < MIN_KEY_LEN {
+            problems.push(bad(BadKey::TooShort));
+        } else if !keys.iter().any(|k| k == text) {
+            keys.push(text.to_owned());
+        }
+    }
+    keys
+}
+
+/// The router's settings for one TenantPolicy, with its keys from `secret` (looked up by
+/// namespace and name). `Err` when the policy cannot be routed at all.
+pub fn tenant(
+    policy: &TenantPolicy,
+    secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+    problems: &mut Vec<Problem>,
+) -> Result<TenantPolicyConfig, Problem> {
+    let ns = policy.metadata.namespace.as_deref().unwrap_or_default();
+    let name = policy.metadata.name.as_deref().unwrap_or_default();
+    let id = format!("{ns}/{name}");
+    let invalid = |message: String| Problem::Invalid {
+        policy: id.clone(),
+        message,
+    };
+    let spec = &policy.spec;
+    if let Some(h) = &spec.header {
+        if !is_token(h) {
+            return Err(invalid(
+                "spec.header must be printable ASCII without spaces".to_owned(),
+            ));
+        }
+    }
+    if !(1..=1000).contains(&spec.weight) {
+        return Err(invalid("spec.weight must be between 1 and 1000".to_owned()));
+    }
+    if !(-1000..=1000).contains(&spec.priority) {
+        return Err(invalid(
+            "spec.priority must be between -1000 and 1000".to_owned(),
+        ));
+    }
+    let limits_config = spec.limits.as_ref().map(limits).unwrap_or_default();
+    limits_config.validate().map_err(|e| {
+        invalid(format!(
+            "spec.limits: {}",
+            camel_case_fields(&e.to_string())
+        ))
+    })?;
+    let api_keys = match &spec.api_key_secret_ref {
+        None => Vec::new(),
+        Some(r) => {
+            let secret_name = format!("{ns}/{}", r.name);
+            match secret(ns, &r.name) {
+                Some(s) => keys_of(&s, r.key.as_deref(), &id, &secret_name, problems),
+                None => {
+                    problems.push(Problem::SecretMissing {
+                        policy: id.clone(),
+                        secret: secret_name,
+                    });
+                    Vec::new()
+                }
+            }
+        }
+    };
+    Ok(TenantPolicyConfig {
+        name: name.to_owned(),
+        header: spec.header.clone(),
+        api_keys,
+        api_keys_file: None,
+        weight: spec.weight,
+        priority: spec.priority,
+        sheddable: spec.sheddable,
+        max_queued_requests: spec
+            .limits
+            .as_ref()
+            .and_then(|l| l.max_queued_requests)
+            .map(|n| n as usize),
+        limits: limits_config,
+    })
+}
+
+/// Every routable tenant, in (namespace, name) order, with its API keys from `secret`.
+/// Policies being deleted are left out (their tenant is going away, as a deleted pool's
+/// replicas are).
+pub fn discovered<'a>(
+    policies: impl IntoIterator<Item = &'a TenantPolicy>,
+    secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+) -> Found {
+    let mut sorted: Vec<(&str, &str, &TenantPolicy)> = policies
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            Some((
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref()?,
+                p,
+            ))
+        })
+        .collect();
+    sorted.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut found = Found::default();
+    let mut by_name: HashMap<&str, String> = HashMap::new();
+    for (ns, name, policy) in sorted {
+        let id = format!("{ns}/{name}");
+        if let Some(kept) = by_name.get(name) {
+            found.problems.push(Problem::DuplicateName {
+                policy: id,
+                kept: kept.clone(),
+            });
+            continue;
+        }
+        match tenant(policy, &secret, &mut found.problems) {
+            Ok(t) => {
+                by_name.insert(name, id);
+                found.tenants.push(t);
+            }
+            Err(p) => found.problems.push(p),
+        }
+    }
+    found
+}
+
+/// Log the problems not already logged for the previous list (`last`), then remember these:
+/// a policy that stays broken is reported once, not at every change elsewhere in the cluster.
+/// Returns how many were logged.
+pub fn warn_new(problems: &[Problem], last: &mut BTreeSet<Problem>) -> usize {
+    let now: BTreeSet<Problem> = problems.iter().cloned().collect();
+    let mut logged = 0;
+    for p in now.difference(last) {
+        tracing::warn!("{p}");
+        logged += 1;
+    }
+    *last = now;
+    logged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+    use std::collections::BTreeMap;
+    use warmpath_api::v1alpha1::TenantPolicySpec;
+
+    fn policy(ns: &str, name: &str, spec: serde_json::Value) -> TenantPolicy {
+        let spec: TenantPolicySpec = serde_json::from_value(spec).unwrap();
+        TenantPolicy {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    fn secret(data: &[(&str, &[u8])]) -> Arc<Secret> {
+        Arc::new(Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    type Secrets = HashMap<(String, String), Arc<Secret>>;
+
+    fn lookup(secrets: &Secrets) -> impl Fn(&str, &str) -> Option<Arc<Secret>> + '_ {
+        |ns, name| secrets.get(&(ns.to_owned(), name.to_owned())).cloned()
+    }
+
+    fn secrets(list: &[(&str, &str, Arc<Secret>)]) -> Secrets {
+        list.iter()
+            .map(|(ns, n, s)| ((ns.to_string(), n.to_string()), s.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_policy_becomes_a_tenant_with_its_settings() {
+        let p = policy(
+            "ml",
+            "acme",
+            serde_json::json!({
+                "header": "acme-corp",
+                "weight": 4,
+                "priority": -10,
+                "sheddable": true,
+                "limits": {
+                    "requestsPerSecond": 20, "burst": 40, "tokensPerSecond": 5000,
+                    "tokenBurst": 20000, "maxConcurrentRequests": 8, "maxQueuedRequests": 100,
+                },
+            }),
+        );
+        let found = discovered([&p], |_, _| None);
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        assert_eq!(
+            found.tenants,
+            [TenantPolicyConfig {
+                name: "acme".into(),
+                header: Some("acme-corp".into()),
+                api_keys: Vec::new(),
+                api_keys_file: None,
+                weight: 4,
+                priority: -10,
+                sheddable: true,
+                max_queued_requests: Some(100),
+                limits: TenantLimitsConfig {
+                    requests_per_second: Some(20.0),
+                    burst: Some(40.0),
+                    tokens_per_second: Some(5000.0),
+                    token_burst: Some(20000.0),
+                    max_concurrent_requests: Some(8),
+                },
+            }]
+        );
+        // Defaults: weight 1, no limits, the name as header value.
+        let plain = discovered([&policy("ml", "plain", serde_json::json!({}))], |_, _| None);
+        let t = &plain.tenants[0];
+        assert_eq!((t.weight, t.priority, t.sheddable), (1, 0, false));
+        assert_eq!(t.header_value(), "plain");
+        assert!(t.limits.is_unlimited() && t.max_queued_requests.is_none());
+    }
+
+    #[test]
+    fn keys_come_from_one_data_key_or_every_value_trimmed() {
+        let s = secrets(&[(
+            "ml",
+            "keys",
+            secret(&[
+                ("primary", b"sk-primary-0001\n"),
+                ("secondary", b"  sk-secondary-02  "),
+                ("again", b"sk-primary-0001"),
+                ("blank", b"\n"),
+            ]),
+        )]);
+        let one = policy(
+            "ml",
+            "one",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys", "key": "primary"}}),
+        );
+        let all = policy(
+            "ml",
+            "all",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
+        );
+        let found = discovered([&one], lookup(&s));
+        assert_eq!(found.tenants[0].api_keys, ["sk-primary-0001"]);
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        let found = discovered([&all], lookup(&s));
+        // Data keys in order (again, blank, primary, secondary); the repeat counted once and
+        // the blank value skipped quietly.
+        assert_eq!(
+            found.tenants[0].api_keys,
+            ["sk-primary-0001", "sk-secondary-02"]
+        );
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+    }
+
+    #[test]
+    fn bad_values_are_left_out_and_reported_without_the_key() {
+        let s = secrets(&[(
+            "ml",
+            "keys",
+            secret(&[
+                ("good", b"sk-good-key-1"),
+                ("short", b"sk-1"),
+                ("spaced", b"sk with spaces"),
+                ("binary", &[0xff, 0xfe, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46]),
+                ("unicode", "sk-clé-secrète".as_bytes()),
+            ]),
+        )]);
+        let p = policy(
+            "ml",
+            "acme",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
+        );
+        let found = discovered([&p], lookup(&s));
+        assert_eq!(found.tenants[0].api_keys, ["sk-good-key-1"]);
+        let mut why: Vec<(&str, BadKey)> = found
+            .problems
+            .iter()
+            .map(|p| match p {
+                Problem::BadKey { entry, why, .. } => (entry.as_str(), *why),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        why.sort();
+        assert_eq!(
+            why,
+            [
+                ("binary", BadKey::NotUtf8),
+                ("short", BadKey::TooShort),
+                ("spaced", BadKey::NotVisibleAscii),
+                ("unicode", BadKey::NotVisibleAscii),
+            ]
+        );
+        for p in &found.problems {
+            let text = p.to_string();
+            assert!(
+                text.contains("ml/acme") && text.contains("ml/keys"),
+                "{text}"
+            );
+            for secret_value in ["sk-1", "sk with spaces", "clé"] {
+                assert!(!text.contains(secret_value), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_secret_or_key_leaves_a_tenant_without_keys() {
+        let s = secrets(&[("ml", "keys", secret(&[("other", b"sk-other-key-1")]))]);
+        let missing_secret = policy(
+            "ml",
+            "a",
+            serde_json::json!({"apiKeySecretRef": {"name": "nope"}}),
+        );
+        let missing_key = policy(
+            "ml",
+            "b",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys", "key": "primary"}}),
+        );
+        // A Secret of the same name in another namespace is not the policy's.
+        let elsewhere = policy(
+            "other",
+            "c",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
+        );
+        let found = discovered([&missing_secret, &missing_key, &elsewhere], lookup(&s));
+        assert_eq!(found.tenants.len(), 3);
+        assert!(found.tenants.iter().all(|t| t.api_keys.is_empty()));
+        assert_eq!(
+            found.problems,
+            [
+                Problem::SecretMissing {
+                    policy: "ml/a".into(),
+                    secret: "ml/nope".into()
+                },
+                Problem::KeyMissing {
+                    policy: "ml/b".into(),
+                    secret: "ml/keys".into(),
+                    key: "primary".into()
+                },
+                Problem::SecretMissing {
+                    policy: "other/c".into(),
+                    secret: "other/keys".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_same_name_in_two_namespaces_keeps_the_first_namespace() {
+        let b = policy("team-b", "acme", serde_json::json!({"weight": 2}));
+        let a = policy("team-a", "acme", serde_json::json!({"weight": 3}));
+        let other = policy("team-b", "zeta", serde_json::json!({}));
+        let found = discovered([&b, &other, &a], |_, _| None);
+        let names: Vec<(&str, u32)> = found
+            .tenants
+            .iter()
+            .map(|t| (t.name.as_str(), t.weight))
+            .collect();
+        assert_eq!(names, [("acme", 3), ("zeta", 1)]);
+        assert_eq!(
+            found.problems,
+            [Problem::DuplicateName {
+                policy: "team-b/acme".into(),
+                kept: "team-a/acme".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn invalid_settings_and_deleted_policies_are_not_routed() {
+        // What an older CRD without the CEL rule would have let through.
+        let burst_alone = policy(
+            "ml",
+            "burst",
+            serde_json::json!({"limits": {"tokenBurst": 100}}),
+        );
+        let heavy = policy("ml", "heavy", serde_json::json!({"weight": 5000}));
+        let mut leaving = policy("ml", "leaving", serde_json::json!({}));
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let ok = policy("ml", "ok", serde_json::json!({}));
+        let found = discovered([&burst_alone, &heavy, &leaving, &ok], |_, _| None);
+        assert_eq!(found.tenants.len(), 1);
+        assert_eq!(found.tenants[0].name, "ok");
+        assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
+        assert!(matches!(
+            &found.problems[0],
+            Problem::Invalid { policy, message } if policy == "ml/burst" && message.contains("`tokenBurst` needs `tokensPerSecond`")
+        ));
+        assert!(matches!(
+            &found.problems[1],
+            Problem::Invalid { policy, .. } if policy == "ml/heavy"
+        ));
+    }
+
+    #[test]
+    fn problems_are_warned_once_until_they_change() {
+        let a = Problem::SecretMissing {
+            policy: "ml/a".into(),
+            secret: "ml/s".into(),
+        };
+        let b = Problem::KeyMissing {
+            policy: "ml/b".into(),
+            secret: "ml/s".into(),
+            key: "k".into(),
+        };
+        let mut last = BTreeSet::new();
+        assert_eq!(warn_new(std::slice::from_ref(&a), &mut last), 1);
+        assert_eq!(warn_new(std::slice::from_ref(&a), &mut last), 0);
+        assert_eq!(
+            warn_new(&[a.clone(), b.clone()], &mut last),
+            1,
+            "only b is new"
+        );
+        // Fixed: forgotten, so breaking it again warns again.
+        assert_eq!(warn_new(std::slice::from_ref(&b), &mut last), 0);
+        assert_eq!(warn_new(&[a, b], &mut last), 1);
+    }
+}

@@ -1,0 +1,305 @@
+//! Identity and flow control end to end: simulator replicas behind the router, tenants named by
+//! API keys and trusted headers, limits, saturation, the fair queue and its refusals.
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use warmpath_testkit::{completion_answer, Recorder};
+
+/// One replica that serves one request at a time for the router (`max_inflight_requests: 1`),
+/// each taking about `40 × 5 ms` (40 output tokens).
+const SLOW_SIM: &[&str] = &["--decode-base-ms", "5", "--decode-per-seq-ms", "0"];
+
+fn flow_yaml(extra: &str) -> String {
+    format!(
+        "flow:\n  enabled: true\n  saturation:\n    max_inflight_requests: 1\n    max_waiting_requests: null\n    max_kv_usage: null\n{extra}"
+    )
+}
+
+async fn as_tenant(addr: SocketAddr, tenant: &str, max_tokens: u32) -> Reply {
+    send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[("x-warmpath-tenant", tenant)],
+        completion(&text(max_tokens.into(), 200), max_tokens),
+    )
+    .await
+    .expect("answer")
+}
+
+fn dropped(r: &Reply, reason: &str, llm_d: &str) {
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(
+        r.header("x-warmpath-dropped-reason"),
+        Some(reason),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.header("x-llm-d-request-dropped-reason"), Some(llm_d));
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry >= 1);
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().len() > 10);
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_rate_gets_429_with_the_reason_and_others_are_untouched() {
+    let s = Setup::new(
+        &["--timing", "zero"],
+        "tenants:\n  policies:\n    - name: capped\n      limits: { requests_per_second: 0.5, burst: 1 }\n",
+    )
+    .await;
+    let addr = s.router.addr;
+    assert_eq!(as_tenant(addr, "capped", 2).await.status, 200);
+    let refused = as_tenant(addr, "capped", 2).await;
+    dropped(&refused, "rate-limited", "rejected-saturated");
+    assert!(
+        refused.body.contains("requests_per_second"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    // Another tenant and the default tenant pass.
+    assert_eq!(as_tenant(addr, "other-team", 2).await.status, 200);
+    assert_eq!(
+        post(addr, "/v1/completions", &completion("hi", 2))
+            .await
+            .status,
+        200
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_refused_total",
+            &[("tenant", "capped"), ("reason", "rate-limited")]
+        ),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_flow_dispatched_total", &[("path", "direct")]),
+        3.0,
+        "the refused request was not dispatched"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn api_keys_name_tenants_and_never_reach_the_engine() {
+    let engine = Recorder::default();
+    let addr = engine
+        .start(completion_answer, Duration::from_millis(0))
+        .await;
+    let yaml = config_yaml(
+        "tiny",
+        &[addr],
+        "    metrics_path: null\ntenants:\n  require_api_key: true\n  policies:\n    - name: acme\n      api_keys: [sk-acme-0001]\n      limits: { max_concurrent_requests: 5 }\n",
+    );
+    let rt = router(&yaml).await;
+    let ok = send(
+        rt.addr,
+        "POST",
+        "/v1/completions",
+        &[("authorization", "Bearer sk-acme-0001")],
+        completion("hello", 2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let forwarded = engine.requests();
+    let (head, _) = forwarded.last().expect("forwarded");
+    assert!(
+        !head.headers.contains_key("authorization"),
+        "the tenant's key went to the engine"
+    );
+
+    let wrong = send(
+        rt.addr,
+        "POST",
+        "/v1/completions",
+        &[("authorization", "Bearer sk-wrong-9999")],
+        completion("hello", 2),
+    )
+    .await
+    .unwrap();
+    wrong.assert_error(401, "invalid_api_key");
+    assert!(
+        !wrong.body.contains("sk-wrong"),
+        "the key is echoed: {}",
+        wrong.body
+    );
+    post(rt.addr, "/v1/completions", &completion("hello", 2))
+        .await
+        .assert_error(401, "invalid_api_key");
+    // Loopback is trusted by default: a gateway there may name the tenant instead.
+    let named = as_tenant(rt.addr, "acme", 2).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    let m = router_metrics(rt.admin_addr).await;
+    assert!(!m.contains("sk-acme"), "a key is in the metrics");
+    assert_eq!(
+        metric(&m, "warmpath_flow_dispatched_total", &[("tenant", "acme")]),
+        2.0,
+        "{m}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn untrusted_peers_cannot_name_a_tenant() {
+    let s = Setup::new(
+        &["--timing", "zero"],
+        "tenants:\n  trusted_sources: [10.0.0.0/8]\n  policies:\n    - name: vip\n      limits: { requests_per_second: 0.1, burst: 1 }\n",
+    )
+    .await;
+    // Were the header believed, the second request would be rate-limited.
+    for _ in 0..2 {
+        assert_eq!(as_tenant(s.router.addr, "vip", 2).await.status, 200);
+    }
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_dispatched_total",
+            &[("tenant", "default")]
+        ),
+        2.0,
+        "{m}"
+    );
+    s.stop().await;
+}
+
+/// Completion order of requests sent at once, each by its tenant.
+async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply, Instant)> {
+    let mut tasks = Vec::new();
+    for (i, (tenant, tokens)) in sends.iter().copied().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            // Arrivals a few ms apart, in the order given.
+            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
+            let r = as_tenant(addr, tenant, tokens).await;
+            (format!("{tenant}{i}"), r, Instant::now())
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out.sort_by_key(|(_, _, at)| *at);
+    out
+}
+
+#[tokio::test]
+async fn a_saturated_pool_queues_and_serves_tenants_fairly() {
+    let s = Setup::new(SLOW_SIM, &flow_yaml("")).await;
+    // `a` sends four requests before `b` sends one. Without fairness `b` would finish last;
+    // with it, `b` goes as soon as `a` has had its turn.
+    let done = run_all(
+        s.router.addr,
+        &[("a", 40), ("a", 40), ("a", 40), ("a", 40), ("b", 40)],
+    )
+    .await;
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (_, r, _) in &done {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let b = order.iter().position(|n| *n == "b4").unwrap();
+    assert!(b <= 2, "b waited behind all of a's requests: {order:?}");
+    let m = router_metrics(s.router.admin_addr).await;
+    assert!(
+        metric(&m, "warmpath_flow_dispatched_total", &[("path", "queued")]) >= 3.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "warmpath_flow_queued_requests", &[]), 0.0);
+    assert!(
+        metric(&m, "warmpath_flow_tokens_served_total", &[("tenant", "b")]) >= 40.0,
+        "{m}"
+    );
+    assert!(
+        metric(
+            &m,
+            "warmpath_flow_queue_wait_seconds_count",
+            &[("tenant", "a")]
+        ) >= 3.0
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn higher_priority_goes_first_and_sheddable_work_is_refused() {
+    let yaml = flow_yaml(
+        "tenants:\n  policies:\n    - { name: urgent, priority: 5 }\n    - { name: batch, priority: -1 }\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    let done = run_all(
+        s.router.addr,
+        &[
+            ("low", 40),
+            ("low", 40),
+            ("low", 40),
+            ("urgent", 40),
+            ("batch", 40),
+        ],
+    )
+    .await;
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    let shed = done.iter().find(|(n, _, _)| n == "batch4").unwrap();
+    dropped(&shed.1, "saturated", "rejected-saturated");
+    let urgent = order.iter().position(|n| *n == "urgent3").unwrap();
+    let last_low = order.iter().position(|n| *n == "low2").unwrap();
+    assert!(
+        urgent < last_low,
+        "the urgent request waited behind low ones: {order:?}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn full_queues_refuse_and_waiting_too_long_expires() {
+    let yaml = flow_yaml(
+        "  queue: { ttl_ms: 300 }\ntenants:\n  policies:\n    - { name: a, max_queued_requests: 1 }\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    // The first runs ~400 ms; the second waits and expires at 300 ms; the third finds a's
+    // queue share (1) full.
+    let done = run_all(s.router.addr, &[("a", 80), ("a", 80), ("a", 80)]).await;
+    let by_name = |n: &str| &done.iter().find(|(m, _, _)| m == n).unwrap().1;
+    assert_eq!(by_name("a0").status, 200);
+    dropped(by_name("a2"), "queue-full", "rejected-saturated");
+    dropped(by_name("a1"), "ttl-expired", "rejected-ttl-expired");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_queued_request_whose_client_leaves_leaves_the_queue() {
+    let s = Setup::new(SLOW_SIM, &flow_yaml("")).await;
+    let addr = s.router.addr;
+    let first = tokio::spawn(async move { as_tenant(addr, "a", 80).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Give up on the second one after 100 ms: it is still queued then.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), as_tenant(addr, "a", 80)).await;
+    assert!(gave_up.is_err(), "it should still have been waiting");
+    let mut left = false;
+    for _ in 0..50 {
+        let m = router_metrics(s.router.admin_addr).await;
+        if metric(&m, "warmpath_flow_queued_requests", &[]) == 0.0
+            && metric(
+                &m,
+                "warmpath_flow_refused_total",
+                &[("reason", "client-gone")],
+            ) == 1.0
+        {
+            left = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(left, "{}", router_metrics(s.router.admin_addr).await);
+    assert_eq!(first.await.unwrap().status, 200);
+    // The slot it would have had is free: the next request is served directly.
+    assert_eq!(as_tenant(addr, "a", 2).await.status, 200);
+    s.stop().await;
+}

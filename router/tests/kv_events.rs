@@ -1,0 +1,213 @@
+//! Routing from engine KV events, end to end: simulator replicas publish their cache's events
+//! over ZMQ, the router follows them and routes to where the prompt's blocks really are.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A free TCP port pair base (the simulator binds base + i for replica i).
+fn free_ports(n: u16) -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = l.local_addr().unwrap().port();
+        drop(l);
+        if base < 60000
+            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+struct Fleet {
+    sim: warmpath_sim::SimHandle,
+    rt: warmpath_router::RouterHandle,
+}
+
+async fn fleet(replicas: u16, sim_extra: &[&str], kv_extra: &str) -> Fleet {
+    let port = free_ports(replicas);
+    let endpoint = format!("tcp://*:{port}");
+    let n = replicas.to_string();
+    let mut args = vec![
+        "--timing",
+        "zero",
+        "--replicas",
+        n.as_str(),
+        "--block-size",
+        "16",
+        "--kv-events-endpoint",
+        endpoint.as_str(),
+    ];
+    args.extend_from_slice(sim_extra);
+    let sim = sim(&args).await;
+    let mut y = String::from(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: { decision: true }\npools:\n  - name: p\n    models: [tiny]\n",
+    );
+    y.push_str(&format!("    kv_events: {{ {kv_extra} }}\n    replicas:\n"));
+    for (i, a) in sim.addrs().iter().enumerate() {
+        y.push_str(&format!(
+            "      - {{ name: r{i}, url: \"http://{a}\", kv_events_endpoint: \"tcp://127.0.0.1:{}\" }}\n",
+            port + i as u16
+        ));
+    }
+    let rt = router(&y).await;
+    wait_ready(rt.admin_addr).await;
+    // ZMQ drops what a subscriber that is still joining would have received: make sure each
+    // replica's events reach the router before the test proper.
+    for (i, a) in sim.addrs().iter().enumerate() {
+        let name = format!("r{i}");
+        let mut joined = false;
+        for attempt in 0..100u64 {
+            let probe =
+                json!({"model": "tiny", "prompt": text(90_000 + attempt, 200), "max_tokens": 1});
+            assert_eq!(direct(*a, "/v1/completions", &probe).await.status, 200);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let m = router_metrics(rt.admin_addr).await;
+            if metric(&m, "warmpath_kv_events_mode", &[("replica", &name)]) >= 1.0
+                && metric(&m, "warmpath_kv_events_total", &[("kind", "stored")]) >= (i + 1) as f64
+            {
+                joined = true;
+                break;
+            }
+        }
+        assert!(joined, "{name}'s events never reached the router");
+    }
+    Fleet { sim, rt }
+}
+
+async fn direct(addr: SocketAddr, path: &str, body: &Value) -> Reply {
+    post(addr, path, &body.to_string()).await
+}
+
+fn cached(r: &Reply) -> u64 {
+    r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+async fn events(admin: SocketAddr, kind: &str) -> f64 {
+    metric(
+        &router_metrics(admin).await,
+        "warmpath_kv_events_total",
+        &[("kind", kind)],
+    )
+}
+
+async fn wait_for(admin: SocketAddr, kind: &str, at_least: f64) {
+    for _ in 0..500 {
+        let m = router_metrics(admin).await;
+        if metric(&m, "warmpath_kv_events_total", &[("kind", kind)]) >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no {kind} events: {}", router_metrics(admin).await);
+}
+
+#[tokio::test]
+async fn requests_go_where_the_engine_reports_the_prefix() {
+    let f = fleet(2, &[], "").await;
+    let prompt = text(7, 3000);
+    // Warm replica r1 behind the router's back: only its events can tell.
+    let body = json!({"model": "tiny", "prompt": prompt, "max_tokens": 2});
+    let before = events(f.rt.admin_addr, "stored").await;
+    let warm = direct(f.sim.addrs()[1], "/v1/completions", &body).await;
+    assert_eq!(warm.status, 200, "{}", warm.body);
+    wait_for(f.rt.admin_addr, "stored", before + 1.0).await;
+    for _ in 0..3 {
+        let r = direct(f.rt.addr, "/v1/completions", &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.header("x-warmpath-replica"),
+            Some("r1"),
+            "{:?}",
+            r.header("x-warmpath-decision")
+        );
+        let predicted: u64 = r
+            .header("x-warmpath-cached-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(predicted > 600, "{predicted}");
+        assert_eq!(
+            predicted,
+            cached(&r),
+            "the router's view and the engine's disagree"
+        );
+    }
+    let m = router_metrics(f.rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_kv_events_mode", &[("replica", "r1")]),
+        2.0,
+        "{m}"
+    );
+    f.rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn evictions_and_restarts_are_followed() {
+    // A cache of 64 blocks of 16 tokens: a few long prompts evict each other.
+    let f = fleet(1, &["--kv-blocks", "64"], "").await;
+    let a = json!({"model": "tiny", "prompt": text(1, 2400), "max_tokens": 1});
+    let b = json!({"model": "tiny", "prompt": text(2, 2400), "max_tokens": 1});
+    let c = json!({"model": "tiny", "prompt": text(3, 2400), "max_tokens": 1});
+    for body in [&a, &b, &c] {
+        assert_eq!(
+            direct(f.sim.addrs()[0], "/v1/completions", body)
+                .await
+                .status,
+            200
+        );
+    }
+    wait_for(f.rt.admin_addr, "removed", 1.0).await;
+    // Whatever is left of `a` after b and c, the router says exactly what the engine reuses.
+    for body in [&a, &c] {
+        let r = direct(f.rt.addr, "/v1/completions", body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let predicted: u64 = r
+            .header("x-warmpath-cached-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(predicted, cached(&r), "{}", r.body);
+    }
+    f.rt.shutdown().await;
+}
+
+/// A seeded set of chat and completion requests with shared prefixes: the router's predicted
+/// cached tokens equal the engine's own for at least 95% of them.
+#[tokio::test]
+async fn predictions_match_the_engine_on_a_seeded_mix() {
+    seeded_mix(fleet(2, &["--kv-blocks", "512"], "").await).await;
+}
+
+/// The same with a real BPE tokenizer and chat template (the tiny model's, which the vLLM
+/// peer serves) in the engine and in the router.
+#[tokio::test]
+async fn predictions_match_with_a_real_tokenizer_and_chat_template() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tokenize/tests/fixtures/tiny"
+    );
+    let tokenizer = format!("{dir}/tokenizer.json");
+    let template = format!("{dir}/tokenizer_config.json");
+    let sim_args = [
+        "--kv-blocks",
+        "512",
+        "--tokenizer",
+        tokenizer.as_str(),
+        "--chat-template",
+        template.as_str(),
+    ];
+    let kv = format!("tokenizer: \"{tokenizer}\", chat_template: \"{template}\"");
+    seeded_mix(fleet(2, &sim_args, &kv).await).await;
+}
+
+async fn seeded_mix(f: Fleet) {
+    let a = cached_token_agreement(f.rt.addr, 60, 1200, 200, Duration::from_millis(20)).await;
+    a.assert_at_least(95);
+    f.rt.shutdown().await;
+}

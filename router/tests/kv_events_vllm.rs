@@ -1,0 +1,110 @@
+//! Routing from KV events against real vLLM engines (the CPU build with the tiny model, see
+//! `../shared/peers/vllm-cpu.sh`): the router's predicted cached tokens per request must equal
+//! the engine's own (`usage.prompt_tokens_details.cached_tokens`) for at least 95% of a seeded
+//! mix of chat and completion requests.
+//!
+//! Needs an installed vLLM: `WARMPATH_VLLM_DIR=/work/peers/vllm` (and `WARMPATH_VLLM_SCRIPT`,
+//! default `../shared/peers/vllm-cpu.sh`); without it the test says so and passes, since an
+//! engine takes 3.5 GB and a minute to start. `bench/kv-events-vllm.sh` runs it and keeps its
+//! output.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Engine(Child);
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn predictions_match_real_vllm_engines() {
+    let Ok(dir) = std::env::var("WARMPATH_VLLM_DIR") else {
+        eprintln!("SKIPPED: set WARMPATH_VLLM_DIR to a vllm-cpu.sh install to run this test");
+        return;
+    };
+    let script = std::env::var("WARMPATH_VLLM_SCRIPT").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/peers/vllm-cpu.sh"
+        )
+        .to_owned()
+    });
+    let engines: Vec<(u16, u16, Engine)> = (0..2)
+        .map(|_| {
+            let (port, events) = (free_port(), free_port());
+            let config = json!({"enable_kv_cache_events": true, "publisher": "zmq",
+                "endpoint": format!("tcp://*:{events}"), "topic": ""});
+            let child = Command::new(&script)
+                .args(["serve", &dir, &port.to_string()])
+                .args(["--num-gpu-blocks-override", "64"])
+                .arg("--enable-prompt-tokens-details")
+                .args(["--kv-events-config", &config.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start vLLM");
+            (port, events, Engine(child))
+        })
+        .collect();
+    let started = Instant::now();
+    for (port, _, _) in &engines {
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        loop {
+            if get(addr, "/health").await.is_ok_and(|r| r.status == 200) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "vLLM did not start"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let mut y = format!(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: {{ decision: true }}\npools:\n  - name: p\n    models: [tiny]\n    kv_events: {{ tokenizer: \"{dir}/tiny/tokenizer.json\", chat_template: \"{dir}/tiny/tokenizer_config.json\" }}\n    replicas:\n"
+    );
+    for (i, (port, events, _)) in engines.iter().enumerate() {
+        y.push_str(&format!(
+            "      - {{ name: v{i}, url: \"http://127.0.0.1:{port}\", kv_events_endpoint: \"tcp://127.0.0.1:{events}\" }}\n"
+        ));
+    }
+    let rt = router(&y).await;
+    wait_ready(rt.admin_addr).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let a = cached_token_agreement(rt.addr, 80, 1500, 300, Duration::from_millis(50)).await;
+    let m = router_metrics(rt.admin_addr).await;
+    println!(
+        "real vLLM: {} of {} requests predicted exactly; misses (request, predicted, engine): {:?}",
+        a.exact, a.total, a.misses
+    );
+    println!(
+        "events: stored {} removed {} gaps {} unknown parents {}",
+        metric(&m, "warmpath_kv_events_total", &[("kind", "stored")]),
+        metric(&m, "warmpath_kv_events_total", &[("kind", "removed")]),
+        metric(&m, "warmpath_kv_events_total", &[("kind", "gap")]),
+        metric(
+            &m,
+            "warmpath_kv_events_total",
+            &[("kind", "unknown_parent")]
+        ),
+    );
+    rt.shutdown().await;
+    a.assert_at_least(95);
+}
