@@ -241,3 +241,38 @@ async fn predicted_ttft_learns_which_replica_is_faster() {
     );
     s.stop().await;
 }
+
+/// The approximate index forgets about when the engine does: a replica whose engine reports a
+/// small KV cache (`vllm:cache_config_info`) keeps no more index blocks than that cache holds.
+#[tokio::test]
+async fn the_index_is_sized_by_the_engines_kv_capacity() {
+    // 64 blocks of 16 tokens = 1,024 tokens = 16 index blocks of 256 bytes (~64 tokens).
+    let s = Setup::new(
+        &[
+            "--timing",
+            "zero",
+            "--kv-blocks",
+            "64",
+            "--block-size",
+            "16",
+        ],
+        "",
+    )
+    .await;
+    for i in 0..12 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&text(500 + i, 2000), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let m = router_metrics(s.router.admin_addr).await;
+    let entries = metric(&m, "warmpath_prefix_index_entries", &[]);
+    assert!(
+        entries > 0.0 && entries <= 16.0,
+        "{entries} index blocks for a 16-block engine: {m}"
+    );
+    s.stop().await;
+}

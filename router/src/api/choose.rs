@@ -128,6 +128,12 @@ pub fn choose_among(
             .scheduler
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
+        // The index forgets about when the engine does: no more blocks than its KV cache holds.
+        let capacity = ready[decision.index]
+            .replica
+            .kv_capacity_tokens()
+            .map(|t| t.div_ceil(u64::from(tokens_per_block.max(1))) as usize);
+        index.set_replica_capacity(decision.replica, capacity);
         index.on_routed(decision.replica, hashes);
         // The predictor must learn from the same inputs it predicted with.
         let chosen = &views[decision.index];

@@ -114,6 +114,26 @@ pub fn parse_engine_load(text: &str, engine: Engine) -> Option<EngineLoad> {
     })
 }
 
+/// The engine's KV-cache capacity in tokens, from vLLM's
+/// `vllm:cache_config_info{block_size="16",num_gpu_blocks="8192",...} 1` (blocks × block
+/// size), when the page has it.
+pub fn parse_kv_capacity(text: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with("vllm:cache_config_info{"))?;
+    let labels = &line["vllm:cache_config_info{".len()..];
+    let labels = &labels[..closing_brace(labels)?];
+    let label = |name: &str| -> Option<u64> {
+        let at = labels.find(&format!("{name}=\""))? + name.len() + 2;
+        let value = &labels[at..];
+        value[..value.find('"')?].parse().ok()
+    };
+    let blocks = label("num_gpu_blocks")?;
+    let size = label("block_size")?;
+    blocks.checked_mul(size).filter(|&c| c > 0)
+}
+
 fn closing_brace(labels: &str) -> Option<usize> {
     let mut in_quotes = false;
     let mut escaped = false;
@@ -207,6 +227,9 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                 Ok(text) => {
                     replica.health.on_scrape_ok();
                     replica.set_engine_load(parse_engine_load(&text, target.engine), now);
+                    if let Some(capacity) = parse_kv_capacity(&text) {
+                        replica.set_kv_capacity_tokens(capacity);
+                    }
                     "ok"
                 }
                 Err(ScrapeFailure::Refused) => {
@@ -263,6 +286,19 @@ vllm:num_requests_running_total 99
             (4.0, 1.0, 0.75)
         );
         assert!(parse_engine_load(text, Engine::Vllm).is_none());
+    }
+
+    #[test]
+    fn kv_capacity_is_blocks_times_block_size() {
+        let page = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\nvllm:cache_config_info{block_size=\"128\",cache_dtype=\"auto\",num_gpu_blocks=\"64\",prefix_caching_hash_algo=\"sha256\"} 1.0\n";
+        assert_eq!(parse_kv_capacity(page), Some(8192));
+        assert_eq!(parse_kv_capacity(VLLM), None);
+        assert_eq!(
+            parse_kv_capacity(
+                "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1"
+            ),
+            None
+        );
     }
 
     #[test]

@@ -28,6 +28,13 @@ impl RouterIndex {
         }
     }
 
+    /// Bound `replica`'s entries by its engine's KV capacity (in index blocks).
+    pub fn set_replica_capacity(&mut self, replica: ReplicaId, entries: Option<usize>) {
+        match self {
+            RouterIndex::Approximate(i) => i.set_replica_capacity(replica, entries),
+        }
+    }
+
     fn inner(&self) -> &dyn PrefixIndex {
         match self {
             RouterIndex::Approximate(i) => i,

@@ -78,6 +78,8 @@ pub struct ReplicaState {
     /// Whether a scrape ever found load series: only then does a stale load mean "unknown"
     /// rather than "this engine does not say" (flow control counts the first as saturated).
     reported_load: std::sync::atomic::AtomicBool,
+    /// The engine's KV-cache capacity in tokens (`vllm:cache_config_info`); 0 unknown.
+    kv_capacity_tokens: AtomicU64,
     pub health: Health,
     pub ttft: Mutex<TtftModel>,
     /// Idle data-path connections to this replica.
@@ -111,6 +113,7 @@ impl ReplicaState {
             inflight_uncached: AtomicU64::new(0),
             engine: Mutex::new(None),
             reported_load: std::sync::atomic::AtomicBool::new(false),
+            kv_capacity_tokens: AtomicU64::new(0),
             health: Health::default(),
             ttft: Mutex::new(TtftModel::new(prior)),
             pool: Arc::default(),
@@ -152,6 +155,15 @@ impl ReplicaState {
             self.reported_load.store(true, Ordering::Relaxed);
         }
         *self.engine.lock() = load.map(|l| (l, at));
+    }
+
+    /// The engine's KV-cache capacity in tokens, when its metrics say (`None` unknown).
+    pub fn kv_capacity_tokens(&self) -> Option<u64> {
+        Some(self.kv_capacity_tokens.load(Ordering::Relaxed)).filter(|&c| c > 0)
+    }
+
+    pub fn set_kv_capacity_tokens(&self, tokens: u64) {
+        self.kv_capacity_tokens.store(tokens, Ordering::Relaxed);
     }
 
     /// Whether any scrape has found the engine's load series.

@@ -62,6 +62,9 @@ pub struct ApproxIndex {
     limits: IndexLimits,
     holders: HolderMap,
     replicas: HashMap<ReplicaId, ReplicaLru>,
+    /// Replicas whose engines hold fewer blocks than the byte bound allows: their own caps,
+    /// so that the index forgets about when the engine does.
+    caps: HashMap<ReplicaId, usize>,
     entries: usize,
     evictions: u64,
 }
@@ -72,6 +75,7 @@ impl ApproxIndex {
             limits,
             holders: HashMap::with_hasher(BlockKey::random()),
             replicas: HashMap::new(),
+            caps: HashMap::new(),
             entries: 0,
             evictions: 0,
         }
@@ -80,37 +84,65 @@ impl ApproxIndex {
     /// Change the bound (configuration reload); shrinking evicts at once.
     pub fn set_limits(&mut self, limits: IndexLimits) {
         self.limits = limits;
-        let cap = self.entries_per_replica();
         let ids: Vec<ReplicaId> = self.replicas.keys().copied().collect();
         for id in ids {
-            let held = self.replica_entries(id);
-            if cap == 0 {
-                self.remove_replica(id);
-                self.evictions += held as u64;
-                continue;
-            }
-            if held <= cap {
-                continue;
-            }
-            let Some(lru) = self.replicas.get_mut(&id) else {
-                continue;
-            };
-            while lru.len > cap {
-                let Some(hash) = lru.pop_back() else { break };
-                forget(&mut self.holders, hash, id);
-                self.entries -= 1;
-                self.evictions += 1;
-            }
-            // Compact so the slab's memory goes back too, re-pointing the holders' slots.
-            let mut fresh = ReplicaLru::new();
-            for hash in lru.oldest_first() {
-                let slot = fresh.push_front(hash, cap);
-                if let Some(h) = self.holders.get_mut(&hash) {
-                    h.set_node(id, slot);
-                }
-            }
-            *lru = fresh;
+            self.trim(id);
         }
+    }
+
+    /// Hold at most `entries` blocks for `replica` (below the byte bound; `None`: the byte
+    /// bound alone): an engine's KV capacity in index blocks. Lowering it evicts at once.
+    pub fn set_replica_capacity(&mut self, replica: ReplicaId, entries: Option<usize>) {
+        let old = self.caps.get(&replica).copied();
+        if old == entries {
+            return;
+        }
+        match entries {
+            Some(n) => self.caps.insert(replica, n.max(1)),
+            None => self.caps.remove(&replica),
+        };
+        self.trim(replica);
+    }
+
+    /// `replica`'s bound: the byte bound's, or its own when lower.
+    fn cap_of(&self, replica: ReplicaId) -> usize {
+        let global = self.entries_per_replica();
+        match self.caps.get(&replica) {
+            Some(&own) if global > 0 => own.min(global),
+            _ => global,
+        }
+    }
+
+    /// Evict `replica`'s oldest blocks down to its bound.
+    fn trim(&mut self, id: ReplicaId) {
+        let cap = self.cap_of(id);
+        let held = self.replica_entries(id);
+        if cap == 0 {
+            self.remove_replica(id);
+            self.evictions += held as u64;
+            return;
+        }
+        if held <= cap {
+            return;
+        }
+        let Some(lru) = self.replicas.get_mut(&id) else {
+            return;
+        };
+        while lru.len > cap {
+            let Some(hash) = lru.pop_back() else { break };
+            forget(&mut self.holders, hash, id);
+            self.entries -= 1;
+            self.evictions += 1;
+        }
+        // Compact so the slab's memory goes back too, re-pointing the holders' slots.
+        let mut fresh = ReplicaLru::new();
+        for hash in lru.oldest_first() {
+            let slot = fresh.push_front(hash, cap);
+            if let Some(h) = self.holders.get_mut(&hash) {
+                h.set_node(id, slot);
+            }
+        }
+        *lru = fresh;
     }
 
     /// Pre-size the block map for `entries` more blocks. The map grows by doubling, and a
@@ -254,7 +286,7 @@ impl PrefixIndex for ApproxIndex {
     }
 
     fn on_routed(&mut self, replica: ReplicaId, hashes: &[BlockHash]) {
-        let cap = self.entries_per_replica();
+        let cap = self.cap_of(replica);
         if cap == 0 || hashes.is_empty() {
             return;
         }
@@ -286,6 +318,7 @@ impl PrefixIndex for ApproxIndex {
     }
 
     fn remove_replica(&mut self, replica: ReplicaId) {
+        self.caps.remove(&replica);
         if let Some(lru) = self.replicas.remove(&replica) {
             for hash in lru.oldest_first() {
                 forget(&mut self.holders, hash, replica);

@@ -59,6 +59,34 @@ fn longest_prefix_per_candidate() {
 }
 
 #[test]
+fn a_replica_capacity_bounds_that_replica_only() {
+    let mut ix = index_with_entries(100);
+    let prompt = chain("abcdefghijklmnopqrst");
+    ix.on_routed(0, &prompt);
+    ix.on_routed(1, &prompt);
+    // Replica 0's engine holds 8 blocks: the index keeps its 8 most recent, at once.
+    ix.set_replica_capacity(0, Some(8));
+    assert_eq!(ix.replica_entries(0), 8);
+    assert_eq!(ix.replica_entries(1), 20);
+    // The first blocks are the most recently touched ones (routing touches them last).
+    assert_eq!(matches(&ix, &prompt, &[0, 1]), vec![8, 20]);
+    let other = chain("ABCDEFGHIJKLMNOPQRST");
+    ix.on_routed(0, &other);
+    assert_eq!(
+        ix.replica_entries(0),
+        8,
+        "the bound holds for new blocks too"
+    );
+    assert_eq!(matches(&ix, &other, &[0]), vec![8]);
+    // Back to the byte bound alone; a capacity above it changes nothing.
+    ix.set_replica_capacity(0, Some(1000));
+    ix.on_routed(0, &prompt);
+    assert_eq!(ix.replica_entries(0), 28);
+    ix.set_replica_capacity(0, None);
+    assert_eq!(brute(&ix, &prompt, &[0, 1]), matches(&ix, &prompt, &[0, 1]));
+}
+
+#[test]
 fn short_out_slice_is_filled_not_overrun() {
     let mut ix = index_with_entries(100);
     let h = chain("abcdef");
