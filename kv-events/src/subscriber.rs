@@ -6,7 +6,7 @@
 //! replicas) connect to it ([`KvEventSubscriber::connect`]); the socket reconnects by itself
 //! when the engine restarts.
 
-use zeromq::{Socket, SocketRecv, SubSocket};
+use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 use crate::frames::{decode_message, KvMessage};
 use crate::DecodeError;
@@ -18,6 +18,50 @@ pub enum SubscribeError {
     Zmq(#[from] zeromq::ZmqError),
     #[error("decode: {0}")]
     Decode(#[from] DecodeError),
+    #[error("the replay did not finish in time")]
+    ReplayTimeout,
+}
+
+/// The sequence number that ends a replay (vLLM sends -1 as a signed 8-byte integer).
+pub const END_SEQ: [u8; 8] = [0xFF; 8];
+
+/// Ask a publisher's replay endpoint (vLLM's `replay_endpoint`, a ROUTER socket) for every
+/// batch it still keeps from sequence number `from` on, as vLLM's protocol has it: a DEALER
+/// sends `["", from]` and receives `["", topic, seq, payload]` per batch, then `["", "",
+/// END_SEQ, ""]`. At most `max` messages are kept (the rest are read and dropped) and the whole
+/// exchange must end within `timeout`.
+pub async fn replay(
+    endpoint: &str,
+    from: u64,
+    max: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<KvMessage>, SubscribeError> {
+    let exchange = async {
+        let mut socket = DealerSocket::new();
+        socket.connect(endpoint).await?;
+        let request: Vec<bytes::Bytes> = vec![
+            bytes::Bytes::new(),
+            bytes::Bytes::copy_from_slice(&from.to_be_bytes()),
+        ];
+        socket
+            .send(ZmqMessage::try_from(request).expect("two frames"))
+            .await?;
+        let mut out = Vec::new();
+        loop {
+            let frames = socket.recv().await?.into_vec();
+            // ["", topic, seq, payload]: the empty delimiter first.
+            let body = frames.get(1..).unwrap_or_default();
+            if body.get(1).is_some_and(|s| s.as_ref() == END_SEQ) {
+                return Ok(out);
+            }
+            if out.len() < max {
+                out.push(decode_message(body)?);
+            }
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(SubscribeError::ReplayTimeout))
 }
 
 /// A bound SUB socket that yields decoded messages.

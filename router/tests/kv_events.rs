@@ -211,3 +211,84 @@ async fn seeded_mix(f: Fleet) {
     a.assert_at_least(95);
     f.rt.shutdown().await;
 }
+
+/// A router that starts after the engines has missed their first events; with the replay
+/// endpoint it fetches them and its view is complete (fresh), so it finds a prefix cached
+/// before it existed.
+#[tokio::test]
+async fn a_late_router_catches_up_through_the_replay_endpoint() {
+    let port = free_ports(4);
+    let (events, replay) = (format!("tcp://*:{port}"), format!("tcp://*:{}", port + 2));
+    let sim = sim(&[
+        "--timing",
+        "zero",
+        "--replicas",
+        "2",
+        "--block-size",
+        "16",
+        "--kv-events-endpoint",
+        events.as_str(),
+        "--kv-events-replay-endpoint",
+        replay.as_str(),
+    ])
+    .await;
+    // Before any router exists: r1 caches a long prompt; its events reach no one.
+    let early = json!({"model": "tiny", "prompt": text(42, 3000), "max_tokens": 1});
+    assert_eq!(
+        direct(sim.addrs()[1], "/v1/completions", &early)
+            .await
+            .status,
+        200
+    );
+
+    let mut y = String::from(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: { decision: true }\npools:\n  - name: p\n    models: [tiny]\n    kv_events: {}\n    replicas:\n",
+    );
+    for (i, a) in sim.addrs().iter().enumerate() {
+        y.push_str(&format!(
+            "      - {{ name: r{i}, url: \"http://{a}\", kv_events_endpoint: \"tcp://127.0.0.1:{}\", kv_events_replay_endpoint: \"tcp://127.0.0.1:{}\" }}\n",
+            port + i as u16,
+            port + 2 + i as u16
+        ));
+    }
+    let rt = router(&y).await;
+    wait_ready(rt.admin_addr).await;
+    // Any new event of r1 shows the router it missed the first ones; it replays them.
+    let mut fresh = false;
+    for attempt in 0..100u64 {
+        let probe =
+            json!({"model": "tiny", "prompt": text(80_000 + attempt, 200), "max_tokens": 1});
+        assert_eq!(
+            direct(sim.addrs()[1], "/v1/completions", &probe)
+                .await
+                .status,
+            200
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = router_metrics(rt.admin_addr).await;
+        if metric(&m, "warmpath_kv_events_mode", &[("replica", "r1")]) == 2.0 {
+            assert!(
+                metric(&m, "warmpath_kv_events_total", &[("kind", "replay")]) >= 1.0,
+                "{m}"
+            );
+            fresh = true;
+            break;
+        }
+    }
+    assert!(
+        fresh,
+        "r1 never became fresh: {}",
+        router_metrics(rt.admin_addr).await
+    );
+    let r = direct(rt.addr, "/v1/completions", &early).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-warmpath-replica"), Some("r1"));
+    let predicted: u64 = r
+        .header("x-warmpath-cached-tokens")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(predicted > 600, "{predicted}");
+    assert_eq!(predicted, cached(&r));
+    rt.shutdown().await;
+}

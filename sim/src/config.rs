@@ -158,6 +158,13 @@ pub struct Cli {
     /// port P+i for replica i.
     #[arg(long)]
     pub kv_events_endpoint: Option<String>,
+    /// vLLM's replay endpoint (a ROUTER socket, bound at port P+i for replica i): a subscriber
+    /// that missed messages asks for every buffered batch from a sequence number on.
+    #[arg(long)]
+    pub kv_events_replay_endpoint: Option<String>,
+    /// Batches kept for replay (vLLM's `buffer_steps`).
+    #[arg(long, default_value_t = 10_000)]
+    pub kv_events_replay_buffer: usize,
     /// Topic of KV-event messages; `{host}`, `{port}` and `{model}` are replaced.
     #[arg(long, default_value = "kv@{host}:{port}@{model}")]
     pub kv_events_topic: String,

@@ -4,13 +4,22 @@
 //!
 //! The queue to the socket is bounded: when no one keeps up, batches are dropped (and the
 //! sequence numbers show the gap), so memory stays bounded.
+//!
+//! With a replay endpoint, the last `buffer` batches are kept and served as vLLM's
+//! `ZmqEventPublisher` serves them: a ROUTER socket takes `[identity, "", start_seq]` and
+//! answers `[identity, "", topic, seq, payload]` for every kept batch from `start_seq` on, then
+//! the end marker `[identity, "", "", 0xFF×8, ""]`.
 
+use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use warmpath_kv_events::{encode_message, EventBatch, KvEvent};
-use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// The sequence number vLLM sends to end a replay (-1 as a signed 8-byte integer).
+pub const END_SEQ: [u8; 8] = [0xFF; 8];
 
 /// Batches queued per replica before new ones are dropped.
 pub const QUEUE: usize = 1024;
@@ -36,18 +45,32 @@ pub fn endpoint_for(endpoint: &str, index: usize) -> String {
 }
 
 /// Starts the publisher task; send batches of events into the returned queue.
-pub fn spawn(endpoint: String, topic: String) -> mpsc::Sender<Vec<KvEvent>> {
+/// Starts the publisher task; send batches of events into the returned queue. `replay`: the
+/// replay endpoint and how many batches it keeps.
+pub fn spawn(
+    endpoint: String,
+    topic: String,
+    replay: Option<(String, usize)>,
+) -> mpsc::Sender<Vec<KvEvent>> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(run(endpoint, topic, rx));
+    tokio::spawn(run(endpoint, topic, replay, rx));
     tx
 }
 
-async fn run(endpoint: String, topic: String, mut rx: mpsc::Receiver<Vec<KvEvent>>) {
+/// vLLM's (libzmq's) `*` host is every interface; the zeromq crate spells it 0.0.0.0.
+fn bindable(endpoint: &str) -> String {
+    endpoint.replacen("://*:", "://0.0.0.0:", 1)
+}
+
+async fn run(
+    endpoint: String,
+    topic: String,
+    replay: Option<(String, usize)>,
+    mut rx: mpsc::Receiver<Vec<KvEvent>>,
+) {
     let mut socket = PubSocket::new();
     if is_wildcard(&endpoint) {
-        // vLLM's (libzmq's) `*` host is every interface; the zeromq crate spells it 0.0.0.0.
-        let bind = endpoint.replacen("://*:", "://0.0.0.0:", 1);
-        if let Err(e) = socket.bind(&bind).await {
+        if let Err(e) = socket.bind(&bindable(&endpoint)).await {
             tracing::error!(%endpoint, error = %e, "binding the KV-event socket failed");
             return;
         }
@@ -66,8 +89,32 @@ async fn run(endpoint: String, topic: String, mut rx: mpsc::Receiver<Vec<KvEvent
             }
         }
     }
+    let mut replayer = None;
+    if let Some((at, keep)) = replay {
+        let mut router = RouterSocket::new();
+        match router.bind(&bindable(&at)).await {
+            Ok(_) => replayer = Some((router, keep, VecDeque::<(u64, Bytes)>::new())),
+            Err(e) => {
+                tracing::error!(endpoint = %at, error = %e, "binding the replay socket failed")
+            }
+        }
+    }
     let mut seq: u64 = 0;
-    while let Some(events) = rx.recv().await {
+    loop {
+        let events = match &mut replayer {
+            None => rx.recv().await,
+            Some((router, _, kept)) => tokio::select! {
+                events = rx.recv() => events,
+                request = router.recv() => {
+                    match request {
+                        Ok(m) => serve_replay(router, topic.as_bytes(), kept, m).await,
+                        Err(e) => tracing::warn!(error = %e, "replay request failed"),
+                    }
+                    continue;
+                }
+            },
+        };
+        let Some(events) = events else { break };
         let batch = EventBatch {
             timestamp: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -83,13 +130,58 @@ async fn run(endpoint: String, topic: String, mut rx: mpsc::Receiver<Vec<KvEvent
                 continue;
             }
         };
-        seq += 1;
         let frames: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
+        if let Some((_, keep, kept)) = &mut replayer {
+            if kept.len() >= *keep {
+                kept.pop_front();
+            }
+            kept.push_back((seq, frames[2].clone()));
+        }
+        seq += 1;
         let msg = ZmqMessage::try_from(frames).expect("three frames");
         if let Err(e) = socket.send(msg).await {
             tracing::warn!(error = %e, "sending KV events failed");
         }
     }
+}
+
+/// Answer one replay request: every kept batch from the asked sequence number on, then the
+/// end marker.
+async fn serve_replay(
+    router: &mut RouterSocket,
+    topic: &[u8],
+    kept: &VecDeque<(u64, Bytes)>,
+    request: ZmqMessage,
+) {
+    let frames = request.into_vec();
+    let (Some(identity), Some(start)) = (frames.first(), frames.last()) else {
+        return;
+    };
+    let Ok(start) = <[u8; 8]>::try_from(start.as_ref()).map(u64::from_be_bytes) else {
+        tracing::warn!("replay request without an 8-byte start sequence");
+        return;
+    };
+    let reply = |parts: Vec<Bytes>| ZmqMessage::try_from(parts).expect("non-empty");
+    for (seq, payload) in kept.iter().filter(|(s, _)| *s >= start) {
+        let parts = vec![
+            identity.clone(),
+            Bytes::new(),
+            Bytes::copy_from_slice(topic),
+            Bytes::copy_from_slice(&seq.to_be_bytes()),
+            payload.clone(),
+        ];
+        if router.send(reply(parts)).await.is_err() {
+            return;
+        }
+    }
+    let end = vec![
+        identity.clone(),
+        Bytes::new(),
+        Bytes::new(),
+        Bytes::copy_from_slice(&END_SEQ),
+        Bytes::new(),
+    ];
+    let _ = router.send(reply(end)).await;
 }
 
 #[cfg(test)]

@@ -163,6 +163,12 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
             kv_publisher::spawn(
                 kv_publisher::endpoint_for(ep, r.index),
                 topic(&cli.kv_events_topic, addr, &cli.model),
+                cli.kv_events_replay_endpoint.as_ref().map(|rp| {
+                    (
+                        kv_publisher::endpoint_for(rp, r.index),
+                        cli.kv_events_replay_buffer,
+                    )
+                }),
             )
         });
         tasks.push(tokio::spawn(r.clone().drive(events)));

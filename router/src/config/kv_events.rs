@@ -14,6 +14,11 @@ pub struct KvEventsConfig {
     /// "endpoint": "tcp://*:5557"}'`): `{host}` is the replica URL's host. Every router replica
     /// connects to every engine. A replica's `kv_events_endpoint` overrides it.
     pub endpoint: Option<String>,
+    /// The engines' replay endpoint (vLLM `replay_endpoint`, e.g. `tcp://{host}:5558`): after
+    /// missed messages (a sequence gap, or a router that starts after the engine) the router
+    /// asks for them there, and the replica's view stays complete. A replica's
+    /// `kv_events_replay_endpoint` overrides it.
+    pub replay_endpoint: Option<String>,
     /// Only messages whose topic starts with this are read.
     pub topic: String,
     /// The model's `tokenizer.json`; absent: the byte-level approximation (4 bytes per token,
@@ -31,6 +36,7 @@ impl Default for KvEventsConfig {
     fn default() -> Self {
         Self {
             endpoint: None,
+            replay_endpoint: None,
             topic: String::new(),
             tokenizer: None,
             chat_template: None,
@@ -46,9 +52,21 @@ impl KvEventsConfig {
             .or_else(|| self.endpoint.as_ref().map(|t| t.replace("{host}", host)))
     }
 
+    /// The replay endpoint of a replica at `host`, likewise.
+    pub fn replay_for(&self, host: &str, own: Option<&str>) -> Option<String> {
+        own.map(str::to_owned).or_else(|| {
+            self.replay_endpoint
+                .as_ref()
+                .map(|t| t.replace("{host}", host))
+        })
+    }
+
     pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
         if let Some(e) = &self.endpoint {
             check_endpoint(e).map_err(|m| (at.key("endpoint"), m))?;
+        }
+        if let Some(e) = &self.replay_endpoint {
+            check_endpoint(e).map_err(|m| (at.key("replay_endpoint"), m))?;
         }
         for (field, path) in [
             ("tokenizer", &self.tokenizer),

@@ -118,6 +118,9 @@ pub struct ReplicaConfig {
     /// `kv_events.endpoint` (e.g. `tcp://10.0.0.7:5557`).
     #[serde(default)]
     pub kv_events_endpoint: Option<String>,
+    /// This replica's KV-event replay endpoint, when not the pool's.
+    #[serde(default)]
+    pub kv_events_replay_endpoint: Option<String>,
 }
 
 /// What a pool does in a prefill/decode split. `both` and `decode` pools answer requests;
@@ -461,6 +464,10 @@ impl Config {
                 }
                 if let Some(e) = &replica.kv_events_endpoint {
                     kv_events::check_endpoint(e).map_err(|m| (rp.key("kv_events_endpoint"), m))?;
+                }
+                if let Some(e) = &replica.kv_events_replay_endpoint {
+                    kv_events::check_endpoint(e)
+                        .map_err(|m| (rp.key("kv_events_replay_endpoint"), m))?;
                 }
             }
         }

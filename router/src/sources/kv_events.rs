@@ -13,6 +13,10 @@
 //! - `AllBlocksCleared`: the cache is empty, so the view is complete again, `Fresh`;
 //! - a stored block whose parent was never seen: `Uncertain`.
 //!
+//! With the engine's replay endpoint configured, missed messages (before the first one seen,
+//! or in a gap) are fetched from it before the next one is applied, so a router that starts
+//! after the engines, or drops messages, still reaches `Fresh` while the engine keeps them.
+//!
 //! An uncertain replica is matched by the better of its events and the approximate index
 //! (see `api::choose`). When the replica leaves the configuration or its endpoint changes,
 //! its blocks are forgotten and the task starts over.
@@ -34,6 +38,10 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Messages decoded ahead of the index (a burst of events from a busy engine).
 const QUEUE: usize = 1024;
+/// Messages one replay may bring (vLLM keeps 10,000 batches by default).
+const MAX_REPLAY: usize = 100_000;
+/// How long a replay may take; the live stream waits meanwhile (its messages queue).
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Follow `replica`'s events until the router stops (the task is aborted with the replica).
 pub async fn run(
@@ -106,7 +114,12 @@ async fn follow(
     loop {
         tokio::select! {
             got = rx.recv() => match got {
-                Some(Ok(message)) => apply(replica, precise, metrics, message),
+                Some(Ok(message)) => {
+                    if let Some(endpoint) = &source.replay {
+                        catch_up(replica, endpoint, message.seq, precise, metrics).await;
+                    }
+                    apply(replica, precise, metrics, message)
+                }
                 Some(Err(SubscribeError::Decode(e))) => {
                     count(metrics, "undecodable");
                     tracing::debug!(replica = %replica.name, "undecodable KV-event message: {e}");
@@ -127,6 +140,47 @@ async fn follow(
         }
     }
     reader.abort();
+}
+
+/// Before a message numbered `seq`: when messages before it were missed (the first one seen
+/// is not number 0, or numbers were skipped), fetch them from the engine's replay endpoint and
+/// apply them in order, so that the view stays complete. What the engine no longer keeps stays
+/// missed (and the replica uncertain).
+async fn catch_up(
+    replica: &ReplicaState,
+    endpoint: &str,
+    seq: u64,
+    precise: &SharedPrecise,
+    metrics: &Metrics,
+) {
+    let from = match replica.kv.lock().last_seq {
+        None if seq > 0 => 0,
+        Some(last) if seq > last.wrapping_add(1) && last < seq => last + 1,
+        _ => return,
+    };
+    let missing = usize::try_from(seq - from).unwrap_or(usize::MAX);
+    match warmpath_kv_events::subscriber::replay(
+        endpoint,
+        from,
+        missing.min(MAX_REPLAY),
+        REPLAY_TIMEOUT,
+    )
+    .await
+    {
+        Ok(messages) => {
+            count(metrics, "replay");
+            for m in messages
+                .into_iter()
+                .filter(|m| m.seq >= from && m.seq < seq)
+            {
+                apply(replica, precise, metrics, m);
+            }
+        }
+        Err(e) => {
+            count(metrics, "replay_failed");
+            tracing::debug!(replica = %replica.name, %endpoint, "KV-event replay failed: {e}");
+        }
+    }
 }
 
 /// One message: check its sequence number, then apply its events.

@@ -32,6 +32,8 @@ pub struct ScrapeTarget {
 pub struct KvSource {
     pub endpoint: String,
     pub topic: String,
+    /// The engine's replay endpoint, if any.
+    pub replay: Option<String>,
 }
 
 /// How far the router's view of a replica's KV cache can be trusted.
@@ -325,6 +327,7 @@ impl ReplicaRegistry {
                     Some(KvSource {
                         endpoint: kv.endpoint_for(host.host(), r.kv_events_endpoint.as_deref())?,
                         topic: kv.topic.clone(),
+                        replay: kv.replay_for(host.host(), r.kv_events_replay_endpoint.as_deref()),
                     })
                 });
                 wanted.insert(&r.name, (&r.url, target.clone(), kv));

@@ -113,6 +113,7 @@ pub fn discovered<'a>(
             url: r.spec.url(),
             bootstrap_port: None,
             kv_events_endpoint: None,
+            kv_events_replay_endpoint: None,
         });
     }
     // Pools without replicas still name their models: `/v1/models` lists them and requests
