@@ -42,6 +42,7 @@ fn event_to_value(e: &KvEvent) -> Value {
             block_size,
             lora_id,
             medium,
+            extra_keys,
         } => Value::Map(vec![
             (k("type"), k("BlockStored")),
             (
@@ -65,7 +66,15 @@ fn event_to_value(e: &KvEvent) -> Value {
             (k("lora_name"), Value::Nil),
             (
                 k("extra_keys"),
-                Value::Array(vec![Value::Nil; block_hashes.len()]),
+                Value::Array(
+                    (0..block_hashes.len())
+                        .map(|i| match extra_keys.get(i).filter(|b| !b.is_empty()) {
+                            Some(bytes) => rmpv::decode::read_value(&mut bytes.as_slice())
+                                .unwrap_or(Value::Nil),
+                            None => Value::Nil,
+                        })
+                        .collect(),
+                ),
             ),
             (k("group_idx"), Value::from(0)),
             (k("kv_cache_spec_kind"), k("full_attention")),
@@ -142,6 +151,8 @@ const STORED_FIELDS: &[&str] = &[
     "block_size",
     "lora_id",
     "medium",
+    "lora_name",
+    "extra_keys",
 ];
 const REMOVED_FIELDS: &[&str] = &["block_hashes", "medium"];
 
@@ -212,6 +223,7 @@ fn decode_event(v: Value) -> Result<KvEvent, DecodeError> {
                 .ok_or_else(|| shape(format!("block_size: {}", field("block_size"))))?,
             lora_id: field("lora_id").as_i64(),
             medium: field("medium").as_str().map(str::to_owned),
+            extra_keys: extra_keys(field("extra_keys"))?,
         }),
         "BlockRemoved" => Ok(KvEvent::BlockRemoved {
             block_hashes: hashes(field("block_hashes"))?,
@@ -220,6 +232,29 @@ fn decode_event(v: Value) -> Result<KvEvent, DecodeError> {
         "AllBlocksCleared" => Ok(KvEvent::AllBlocksCleared),
         other => Err(shape(format!("unknown event type {other:?}"))),
     }
+}
+
+/// Each block's extra keys as the msgpack bytes of its tuple (empty: none); empty when no
+/// block has any.
+fn extra_keys(v: &Value) -> Result<Vec<Vec<u8>>, DecodeError> {
+    let Value::Array(blocks) = v else {
+        return Ok(Vec::new());
+    };
+    if blocks.iter().all(Value::is_nil) {
+        return Ok(Vec::new());
+    }
+    blocks
+        .iter()
+        .map(|b| {
+            if b.is_nil() {
+                return Ok(Vec::new());
+            }
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, b)
+                .map_err(|e| shape(format!("extra_keys: {e}")))?;
+            Ok(bytes)
+        })
+        .collect()
 }
 
 fn hash(v: &Value) -> Result<BlockHash, DecodeError> {
@@ -264,7 +299,39 @@ mod tests {
             block_size: 4,
             lora_id: None,
             medium: Some("GPU".into()),
+            extra_keys: Vec::new(),
         }
+    }
+
+    #[test]
+    fn extra_keys_are_kept_per_block_as_msgpack() {
+        // vLLM: one entry per block, the salt in the first block's tuple, nil elsewhere.
+        let salt = {
+            let mut b = Vec::new();
+            rmpv::encode::write_value(&mut b, &Value::Array(vec![Value::from("alpha")])).unwrap();
+            b
+        };
+        let mut event = stored();
+        if let KvEvent::BlockStored { extra_keys, .. } = &mut event {
+            *extra_keys = vec![salt, Vec::new()];
+        }
+        let batch = EventBatch {
+            timestamp: 1.0,
+            events: vec![event.clone()],
+            data_parallel_rank: None,
+        };
+        let back = decode_batch(&encode_batch(&batch).unwrap()).unwrap();
+        assert_eq!(back.events, vec![event]);
+        // All-nil extra keys are no extra keys.
+        let plain = decode_batch(
+            &encode_batch(&EventBatch {
+                events: vec![stored()],
+                ..batch
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(plain.events, vec![stored()]);
     }
 
     #[test]
@@ -316,6 +383,7 @@ mod tests {
                 block_size: 2,
                 lora_id: None,
                 medium: Some("GPU".into()),
+                extra_keys: Vec::new(),
             }
         );
         assert_eq!(b.events[1], KvEvent::AllBlocksCleared);

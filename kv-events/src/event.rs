@@ -33,6 +33,11 @@ pub enum KvEvent {
         block_size: u32,
         lora_id: Option<i64>,
         medium: Option<String>,
+        /// The extra keys each block's hash was computed with (vLLM's `extra_keys`: the LoRA
+        /// name, multimodal identifiers and offsets, the cache salt), one entry per block as
+        /// the msgpack encoding of its tuple, empty for a block without any; the whole vector
+        /// is empty when no block has any.
+        extra_keys: Vec<Vec<u8>>,
     },
     /// Blocks left the cache (evicted).
     BlockRemoved {

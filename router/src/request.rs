@@ -32,6 +32,9 @@ pub struct RequestFeatures {
     /// The prompt's token ids as the engine computes them, for models routed from KV events
     /// (`None` otherwise, or when tokenizing failed: the approximate index still routes it).
     pub tokens: Option<Vec<u32>>,
+    /// vLLM's `cache_salt`: the engine folds it into the first block's hash, so only requests
+    /// with the same salt share cached blocks.
+    pub cache_salt: Option<String>,
 }
 
 /// Parse the routing fields of a request body and hash its canonical prompt.
@@ -114,6 +117,7 @@ pub fn parse(
         },
     };
     let user = wire.user.map(|u| u.0.into_owned());
+    let cache_salt = wire.cache_salt.map(|s| s.0.into_owned());
     Ok(RequestFeatures {
         model,
         stream: wire.stream.unwrap_or(false),
@@ -121,6 +125,7 @@ pub fn parse(
         user,
         prompt,
         tokens,
+        cache_salt,
     })
 }
 
@@ -183,6 +188,8 @@ struct Wire<'a> {
     max_completion_tokens: Option<u32>,
     #[serde(borrow, default)]
     user: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    cache_salt: Option<Str<'a>>,
 }
 
 /// `prompt`: a string, a batch of strings (the first one routes), token ids, or a batch of those.

@@ -89,6 +89,28 @@ async fn predictions_match_real_vllm_engines() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let a = cached_token_agreement(rt.addr, 80, 1500, 300, Duration::from_millis(50)).await;
+    // vLLM folds a request's cache_salt into its first block: the router must too, so that
+    // blocks cached under one salt never count for another salt or for none.
+    let prompt = text(777, 2500);
+    let mut salted = Vec::new();
+    for salt in ["alpha", "alpha", "beta", ""] {
+        let mut body = json!({"model": "tiny", "max_tokens": 2, "prompt": prompt});
+        if !salt.is_empty() {
+            body["cache_salt"] = json!(salt);
+        }
+        let r = post(rt.addr, "/v1/completions", &body.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let predicted: u64 = r
+            .header("x-warmpath-cached-tokens")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX);
+        let actual = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        salted.push((salt, predicted, actual));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("salted (salt, predicted, engine): {salted:?}");
     let m = router_metrics(rt.admin_addr).await;
     println!(
         "real vLLM: {} of {} requests predicted exactly; misses (request, predicted, engine): {:?}",
@@ -107,4 +129,11 @@ async fn predictions_match_real_vllm_engines() {
     );
     rt.shutdown().await;
     a.assert_at_least(95);
+    assert!(
+        salted[1].2 > 0,
+        "the engine did not reuse the salted prompt: {salted:?}"
+    );
+    for (salt, predicted, actual) in salted {
+        assert_eq!(predicted, actual, "salt {salt:?}");
+    }
 }

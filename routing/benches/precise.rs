@@ -35,6 +35,7 @@ fn store(tokens: &[u32], engine_seed: u64) -> KvEvent {
         block_size: BLOCK as u32,
         lora_id: None,
         medium: None,
+        extra_keys: Vec::new(),
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::{Layer, Service};
-use warmpath_routing::index::{prompt_keys, PrefixIndex};
+use warmpath_routing::index::{prompt_keys, prompt_keys_with_extras, PrefixIndex};
 use warmpath_routing::prompt::estimate_tokens;
 use warmpath_routing::scheduler::{Decision, ReplicaView, RequestView};
 use warmpath_routing::ReplicaId;
@@ -93,10 +93,16 @@ pub fn choose_among(
         tokens_per_block,
     };
     let mut matched = vec![0u32; ready.len()];
-    let precise = features
-        .tokens
-        .as_deref()
-        .map(|tokens| precise_matches(&indexes.precise, &ready, tokens, request.blocks));
+    let salt = features.cache_salt.as_deref().map(salt_extra);
+    let precise = features.tokens.as_deref().map(|tokens| {
+        precise_matches(
+            &indexes.precise,
+            &ready,
+            tokens,
+            salt.as_deref(),
+            request.blocks,
+        )
+    });
     let (decision, queued_ahead, prefill_tokens) = {
         let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
@@ -181,12 +187,23 @@ struct PreciseMatch {
     tokens: u32,
 }
 
+/// The extra key vLLM folds into a salted prompt's first block: its `extra_keys` tuple
+/// `(cache_salt,)`, as the msgpack bytes the events carry.
+fn salt_extra(salt: &str) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(salt.len() + 6);
+    let tuple = rmpv::Value::Array(vec![rmpv::Value::from(salt)]);
+    rmpv::encode::write_value(&mut bytes, &tuple).expect("writing to a Vec cannot fail");
+    bytes
+}
+
 /// Each candidate's match from the engines' KV events (`tokens`: the prompt as the engine
-/// tokenizes it; `blocks`: the prompt's length in approximate-index blocks).
+/// tokenizes it; `salt`: its first block's extra key; `blocks`: the prompt's length in
+/// approximate-index blocks).
 fn precise_matches(
     precise: &SharedPrecise,
     ready: &[&Candidate],
     tokens: &[u32],
+    salt: Option<&[u8]>,
     blocks: u32,
 ) -> Vec<PreciseMatch> {
     let statuses: Vec<_> = ready.iter().map(|c| *c.replica.kv.lock()).collect();
@@ -216,7 +233,11 @@ fn precise_matches(
             let at = match keys.iter().position(|(b, _)| *b == bs) {
                 Some(i) => i,
                 None => {
-                    keys.push((bs, prompt_keys(tokens, bs, &[])));
+                    let k = match salt {
+                        Some(salt) => prompt_keys_with_extras(tokens, bs, &[salt]),
+                        None => prompt_keys(tokens, bs, &[]),
+                    };
+                    keys.push((bs, k));
                     keys.len() - 1
                 }
             };

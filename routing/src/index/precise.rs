@@ -535,13 +535,24 @@ impl PreciseIndex {
         }
     }
 
-    /// Apply one event from `replica`'s engine. `BlockStored` folds no extra keys (see
-    /// [`PreciseIndex::apply_stored`] to pass them); `AllBlocksCleared` drops the replica's
-    /// blocks but keeps its block size.
+    /// Apply one event from `replica`'s engine. `BlockStored` folds in each block's extra keys
+    /// as the event carries them (the msgpack bytes of vLLM's `extra_keys` tuple, so that a
+    /// salted or LoRA block never matches a request without the same keys);
+    /// `AllBlocksCleared` drops the replica's blocks but keeps its block size.
     pub fn apply(&mut self, replica: ReplicaId, event: &KvEvent) -> Result<Applied, ApplyError> {
         match event {
-            KvEvent::BlockStored { .. } => match StoredBlocks::from_event(event) {
-                Some(stored) => self.apply_stored(replica, stored),
+            KvEvent::BlockStored { extra_keys, .. } => match StoredBlocks::from_event(event) {
+                Some(stored) if extra_keys.is_empty() => self.apply_stored(replica, stored),
+                Some(stored) => {
+                    let extras: Vec<&[u8]> = extra_keys.iter().map(Vec::as_slice).collect();
+                    self.apply_stored(
+                        replica,
+                        StoredBlocks {
+                            extras: &extras,
+                            ..stored
+                        },
+                    )
+                }
                 None => Ok(Applied::default()),
             },
             KvEvent::BlockRemoved {

@@ -65,6 +65,7 @@ impl Engine {
                     block_size: bs as u32,
                     lora_id: None,
                     medium: Some(MEDIUM_GPU.into()),
+                    extra_keys: Vec::new(),
                 });
             }
         }

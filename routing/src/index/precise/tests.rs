@@ -49,6 +49,7 @@ fn stores(tokens: &[u32], bs: usize, seed: u64, per_event: usize) -> Vec<KvEvent
                 block_size: bs as u32,
                 lora_id: None,
                 medium: Some(MEDIUM_GPU.to_string()),
+                extra_keys: Vec::new(),
             };
             parent = hs.last().cloned();
             ev
@@ -242,6 +243,7 @@ fn errors_change_nothing() {
         block_size: bs,
         lora_id: None,
         medium: None,
+        extra_keys: Vec::new(),
     };
     let h = |v: u64| EngineHash::Int(v);
     let cases = [
@@ -334,6 +336,7 @@ fn router_replicas_agree_and_engine_hashes_do_not_matter() {
                     block_size,
                     lora_id,
                     medium,
+                    extra_keys,
                 } => {
                     let bytes = |h: EngineHash| match h {
                         EngineHash::Int(v) => EngineHash::Bytes(v.to_be_bytes().repeat(4)),
@@ -346,6 +349,7 @@ fn router_replicas_agree_and_engine_hashes_do_not_matter() {
                         block_size,
                         lora_id,
                         medium,
+                        extra_keys,
                     }
                 }
                 e => e,
@@ -584,6 +588,7 @@ fn garbage() -> impl Strategy<Value = KvEvent> {
                         block_size,
                         lora_id: None,
                         medium,
+                        extra_keys: Vec::new(),
                     }
                 }
             ),
@@ -642,6 +647,7 @@ fn store_event(
         block_size: BS as u32,
         lora_id: None,
         medium: None,
+        extra_keys: Vec::new(),
     }
 }
 
