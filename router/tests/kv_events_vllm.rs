@@ -12,14 +12,29 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A vLLM server in its own process group: its engine-core and worker processes go with it.
 struct Engine(Child);
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // vLLM forks an engine core and workers; signalling the group reaches them all (killing
+        // the server alone would leave them running, holding gigabytes).
+        let group = format!("-{}", self.0.id());
+        let signal = |sig: &str| {
+            let _ = Command::new("kill").args([sig, "--", &group]).status();
+        };
+        signal("-TERM");
+        for _ in 0..100 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        signal("-KILL");
         let _ = self.0.wait();
     }
 }
@@ -51,6 +66,7 @@ async fn predictions_match_real_vllm_engines() {
             let config = json!({"enable_kv_cache_events": true, "publisher": "zmq",
                 "endpoint": format!("tcp://*:{events}"), "topic": ""});
             let child = Command::new(&script)
+                .process_group(0)
                 .args(["serve", &dir, &port.to_string()])
                 .args(["--num-gpu-blocks-override", "64"])
                 .arg("--enable-prompt-tokens-details")
