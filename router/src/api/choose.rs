@@ -130,8 +130,9 @@ pub fn choose_among(
                 ttft,
             })
             .collect();
+        // Candidates of several pools are scored by the first's weights.
         let decision = table
-            .scheduler
+            .scheduler_for(&ready[0].pool)
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
         // The index forgets about when the engine does: no more blocks than its KV cache holds.

@@ -97,6 +97,9 @@ pub struct PoolConfig {
     /// Route from the engines' KV-cache events (precise prefix matching).
     #[serde(default)]
     pub kv_events: Option<KvEventsConfig>,
+    /// This pool's weights of the `prefix` policy, instead of `scheduling.weights`.
+    #[serde(default)]
+    pub weights: Option<warmpath_routing::scheduler::Weights>,
     pub replicas: Vec<ReplicaConfig>,
 }
 
@@ -438,6 +441,14 @@ impl Config {
             }
             if let Some(kv) = &pool.kv_events {
                 kv.validate(pp.key("kv_events"))?;
+            }
+            if let Some(weights) = pool.weights {
+                let scheduling = SchedulerConfig {
+                    weights,
+                    ..self.scheduling.clone()
+                };
+                // The core's rules, placed at the pool's field.
+                core_check(pp.clone(), scheduling.validate())?;
             }
             if pool.replicas.is_empty() {
                 return Err((

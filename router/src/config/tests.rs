@@ -420,3 +420,13 @@ fn api_keys_come_from_a_file_too() {
     assert_eq!(missing.field, "tenants.policies[0].api_keys_file");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_pool_may_have_its_own_weights_checked_by_the_core() {
+    let base = "pools:\n  - name: a\n    models: [m]\n    replicas: [{ name: r0, url: \"http://127.0.0.1:1\" }]\n";
+    let own = format!("{base}    weights: {{ prefix: 5, load: 1, queue: 0, kv_cache: 0 }}\n");
+    let c = Config::parse(&own).unwrap();
+    assert_eq!(c.pools[0].weights.unwrap().prefix, 5.0);
+    let bad = format!("{base}    weights: {{ prefix: -1 }}\n");
+    assert_eq!(err(&bad).field, "pools[0].weights.prefix");
+}

@@ -33,6 +33,8 @@ pub struct Table {
     /// Prefill candidates per model (pools with role `prefill`), for the P/D split.
     prefill: HashMap<String, Arc<[Candidate]>>,
     pub scheduler: Scheduler,
+    /// Pools with their own weights (`pools[].weights`, an InferencePool's `scheduling`).
+    pool_schedulers: HashMap<Arc<str>, Scheduler>,
     pub hasher: BlockHasher,
     /// `/v1/models` answer, rendered once.
     pub models_json: Bytes,
@@ -50,7 +52,17 @@ impl Table {
         let mut prefill: HashMap<String, Vec<Candidate>> = HashMap::new();
         let mut model_names: Vec<&str> = Vec::new();
         let mut precise = HashMap::new();
+        let mut pool_schedulers = HashMap::new();
         for pool in &config.pools {
+            if let Some(weights) = pool.weights.filter(|w| *w != config.scheduling.weights) {
+                pool_schedulers.insert(
+                    Arc::from(pool.name.as_str()),
+                    Scheduler::new(warmpath_routing::scheduler::SchedulerConfig {
+                        weights,
+                        ..config.scheduling.clone()
+                    }),
+                );
+            }
             if let Some(kv) = &pool.kv_events {
                 match super::tokens::load(kv) {
                     Ok(tokenizer) => {
@@ -111,6 +123,7 @@ impl Table {
                 .map(|(k, v)| (k, v.into()))
                 .collect(),
             scheduler: Scheduler::new(config.scheduling.clone()),
+            pool_schedulers,
             hasher: BlockHasher::new(config.index.block_bytes),
             models_json,
             stale_after: Duration::from_millis(config.scrape.stale_after_ms),
@@ -142,6 +155,11 @@ impl Table {
         self.prefill.get(model)
     }
 
+    /// The scheduler for candidates of `pool`: its own weights, or the file's.
+    pub fn scheduler_for(&self, pool: &str) -> &Scheduler {
+        self.pool_schedulers.get(pool).unwrap_or(&self.scheduler)
+    }
+
     /// How to tokenize requests for `model`, when a pool serving it is routed from KV events.
     pub fn precise(&self, model: &str) -> Option<&Arc<PreciseModel>> {
         self.precise.get(model)
@@ -149,5 +167,26 @@ impl Table {
 
     pub fn serves(&self, model: &str) -> bool {
         self.models.contains_key(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+    use crate::state::replica::ReplicaRegistry;
+
+    #[test]
+    fn a_pools_own_weights_pick_its_scheduler() {
+        let config = Config::parse(
+        "pools:\n  - name: p\n    models: [m]\n    weights: { prefix: 9, load: 1, queue: 2, kv_cache: 2 }\n    replicas:\n      - { name: r0, url: \"http://127.0.0.1:1\" }\n  - name: q\n    models: [n]\n    replicas:\n      - { name: r1, url: \"http://127.0.0.1:2\" }\n",
+    )
+    .unwrap();
+        let mut registry = ReplicaRegistry::default();
+        registry.sync(&config);
+        let table = Table::build(Arc::new(config), &registry, &Metrics::new());
+        assert_eq!(table.scheduler_for("p").config().weights.prefix, 9.0);
+        assert_eq!(table.scheduler_for("q").config().weights.prefix, 3.0);
     }
 }

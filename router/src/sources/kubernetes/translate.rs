@@ -151,8 +151,18 @@ pub fn discovered<'a>(
                         ..Default::default()
                     }
                 });
+                let weights = spec.map(|s| {
+                    let w = &s.scheduling.weights;
+                    warmpath_routing::scheduler::Weights {
+                        prefix: f64::from(w.prefix),
+                        load: f64::from(w.load),
+                        queue: f64::from(w.queue),
+                        kv_cache: f64::from(w.kv_cache),
+                    }
+                });
                 PoolConfig {
                     kv_events,
+                    weights,
                     name,
                     models,
                     role,
