@@ -229,6 +229,41 @@ async fn a_saturated_pool_queues_and_serves_tenants_fairly() {
 }
 
 #[tokio::test]
+async fn a_light_tenant_uses_the_headroom_beside_a_flood() {
+    let yaml = flow_yaml("").replace(
+        "max_inflight_requests: 1\n",
+        "max_inflight_requests: 1\n    headroom_requests: 1\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    // `a` holds the one regular slot and queues two more; `b`, with nothing in flight, starts
+    // at once in the headroom instead of waiting for a's first request to end.
+    let done = run_all(s.router.addr, &[("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    let b = order.iter().position(|n| *n == "b3").unwrap();
+    assert!(b <= 1, "b waited for a slot: {order:?}");
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_dispatched_total",
+            &[("tenant", "b"), ("path", "headroom")]
+        ),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_dispatched_total",
+            &[("tenant", "a"), ("path", "headroom")]
+        ),
+        0.0,
+        "a backlogged tenant never takes the headroom"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn higher_priority_goes_first_and_sheddable_work_is_refused() {
     let yaml = flow_yaml(
         "tenants:\n  policies:\n    - { name: urgent, priority: 5 }\n    - { name: batch, priority: -1 }\n",

@@ -281,6 +281,12 @@ pub struct SaturationConfig {
     /// what one engine runs at once (its batch) and queued work waits in the router, in fair
     /// order, instead of in the engine.
     pub max_inflight_requests: Option<u32>,
+    /// Slots per replica above `max_inflight_requests` kept for tenants under their fair share
+    /// of the pool: a tenant with nothing queued and fewer requests in flight than its share
+    /// starts at once beside a flood instead of waiting for a slot to free (latency isolation).
+    /// Set `max_inflight_requests` this much below what an engine runs at once, so that the
+    /// headroom is real capacity; 0 turns it off.
+    pub headroom_requests: u32,
     /// Prompt and expected output tokens the router has in flight to one replica.
     pub max_inflight_tokens: Option<u64>,
     /// The engine's own queue (`vllm:num_requests_waiting`), from the last scrape.
@@ -296,6 +302,7 @@ impl Default for SaturationConfig {
     fn default() -> Self {
         Self {
             max_inflight_requests: None,
+            headroom_requests: 0,
             max_inflight_tokens: None,
             // llm-d's saturation detector's defaults.
             max_waiting_requests: Some(5.0),

@@ -31,7 +31,7 @@ pub mod saturation;
 mod tests;
 
 use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit};
-use crate::config::Fairness;
+use crate::config::{Fairness, SaturationConfig};
 use crate::errors::ApiError;
 use crate::metrics::{DispatchLabels, Metrics, RefusalLabels, TenantLabels};
 use crate::state::publish::TableReader;
@@ -77,6 +77,9 @@ struct State {
 struct ModelFlow {
     queue: Option<FlowQueue<Waiter>>,
     admitted: Admitted,
+    /// Requests in flight per tenant (entries go at zero, so the map holds at most one entry
+    /// per admitted request).
+    tenants: HashMap<Arc<str>, u32>,
 }
 
 /// A queued request: where its answer goes, and what its grant will hold.
@@ -205,6 +208,7 @@ impl FlowControl {
                         .inc();
                     m.admitted.requests += 1;
                     m.admitted.tokens += seed.tokens;
+                    *m.tenants.entry(seed.tenant.name.clone()).or_default() += 1;
                     let grant = self.grant(model.clone(), seed, Some(d.ticket));
                     if let Err(Ok(permit)) = tx.send(Ok(grant)) {
                         undelivered.push(permit);
@@ -248,6 +252,49 @@ impl FlowControl {
                 reason,
             })
             .inc();
+    }
+}
+
+impl FlowControl {
+    /// Whether a request may take one of the pool's headroom slots
+    /// (`saturation.headroom_requests`) instead of queueing: the pool is saturated for tenants
+    /// at their share but not past the headroom, the tenant has nothing queued, and it has
+    /// fewer requests in flight than its fair share of the pool's regular slots. A light tenant
+    /// then starts at once beside a flood instead of waiting for a slot to free.
+    fn may_use_headroom(
+        &self,
+        m: &ModelFlow,
+        tenant: &Tenant,
+        candidates: Option<&Arc<[crate::state::table::Candidate]>>,
+        bounds: &SaturationConfig,
+        saturated: &dyn Fn(&SaturationConfig, Admitted) -> bool,
+        now: Instant,
+    ) -> bool {
+        let (Some(max), headroom) = (bounds.max_inflight_requests, bounds.headroom_requests) else {
+            return false;
+        };
+        if headroom == 0 {
+            return false;
+        }
+        let queued = m
+            .queue
+            .as_ref()
+            .and_then(|q| q.tenant_queued(&tenant.name))
+            .is_some_and(|(n, _)| n > 0);
+        if queued {
+            return false;
+        }
+        let wider = SaturationConfig {
+            max_inflight_requests: Some(max.saturating_add(headroom)),
+            ..bounds.clone()
+        };
+        if saturated(&wider, m.admitted) {
+            return false;
+        }
+        let ready = candidates.map_or(0, |c| saturation::ready(c, now)) as u64;
+        let in_flight = m.tenants.get(&tenant.name).copied().unwrap_or(0);
+        let sharing = m.tenants.len() as u64 + u64::from(in_flight == 0);
+        u64::from(in_flight) < (u64::from(max) * ready / sharing.max(1)).max(1)
     }
 }
 
@@ -307,20 +354,30 @@ impl Admission for FlowControl {
         };
         let m = models.get_mut(&model).expect("inserted above");
         let waiting = m.queue.as_ref().is_some_and(|q| !q.is_empty());
-        let must_wait = flow.enabled
-            && (waiting
-                || r.table.candidates(r.model).is_some_and(|c| {
-                    saturation::saturated(c, &flow.saturation, m.admitted, r.table.stale_after, now)
-                }));
-        if !must_wait {
+        let candidates = r.table.candidates(r.model);
+        let saturated = |bounds: &SaturationConfig, admitted| {
+            candidates.is_some_and(|c| {
+                saturation::saturated(c, bounds, admitted, r.table.stale_after, now)
+            })
+        };
+        let must_wait = flow.enabled && (waiting || saturated(&flow.saturation, m.admitted));
+        let path = if !must_wait {
+            Some("direct")
+        } else if self.may_use_headroom(m, tenant, candidates, &flow.saturation, &saturated, now) {
+            Some("headroom")
+        } else {
+            None
+        };
+        if let Some(path) = path {
             m.admitted.requests += 1;
             m.admitted.tokens += tokens;
+            *m.tenants.entry(tenant.name.clone()).or_default() += 1;
             drop(st);
             metrics
                 .dispatched
                 .get_or_create(&DispatchLabels {
                     tenant: seed.label.clone(),
-                    path: "direct",
+                    path,
                 })
                 .inc();
             return Admit::Now(self.grant(model, seed, None));
@@ -520,6 +577,12 @@ impl Drop for Grant {
             if let Some(m) = models.get_mut(&self.model) {
                 m.admitted.requests = m.admitted.requests.saturating_sub(1);
                 m.admitted.tokens = m.admitted.tokens.saturating_sub(seed.tokens);
+                if let Some(n) = m.tenants.get_mut(&seed.tenant.name) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        m.tenants.remove(&seed.tenant.name);
+                    }
+                }
                 if let (Some(ticket), Some(q)) = (self.ticket.take(), m.queue.as_mut()) {
                     let actual = match seed.fairness {
                         Fairness::Tokens => used,

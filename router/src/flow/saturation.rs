@@ -25,6 +25,14 @@ pub struct Admitted {
     pub tokens: u64,
 }
 
+/// Ready replicas among `candidates`.
+pub fn ready(candidates: &[Candidate], now: Instant) -> usize {
+    candidates
+        .iter()
+        .filter(|c| c.replica.health.is_ready(now))
+        .count()
+}
+
 /// Whether the pool behind `candidates` is saturated (module documentation).
 pub fn saturated(
     candidates: &[Candidate],

@@ -77,6 +77,7 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
     let c = table.candidates("m").unwrap();
     let bounds = SaturationConfig {
         max_inflight_requests: Some(2),
+        headroom_requests: 0,
         max_inflight_tokens: Some(1000),
         max_waiting_requests: None,
         max_kv_usage: None,
