@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use warmpath_routing::prompt::{BlockHasher, BlockHashes};
-use warmpath_tokenize::{ChatMessage, Tokenizer};
+use warmpath_tokenize::{ChatMessage, PrefixCache, TokenError, Tokenizer};
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,12 +37,27 @@ pub struct RequestFeatures {
     pub cache_salt: Option<String>,
 }
 
+/// A model's tokenizer with the cache of its prompts' shared prefixes (a long system prompt is
+/// tokenized once; later prompts re-tokenize only what follows it).
+#[derive(Debug)]
+pub struct Tokens {
+    pub tokenizer: Tokenizer,
+    pub prefixes: PrefixCache,
+}
+
+impl Tokens {
+    /// `text`'s token ids, as `Tokenizer::encode` gives them.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenError> {
+        self.prefixes.encode(&self.tokenizer, text, special)
+    }
+}
+
 /// Parse the routing fields of a request body and hash its canonical prompt.
 pub fn parse(
     endpoint: Endpoint,
     body: &[u8],
     hasher: &BlockHasher,
-    tokenizer_for: impl FnOnce(&str) -> Option<Arc<Tokenizer>>,
+    tokenizer_for: impl FnOnce(&str) -> Option<Arc<Tokens>>,
 ) -> Result<RequestFeatures, ApiError> {
     let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
@@ -102,6 +117,7 @@ pub fn parse(
                         .collect();
                     // As vLLM: the rendered chat carries its own special tokens.
                     tokens = t
+                        .tokenizer
                         .render_chat(&messages)
                         .and_then(|text| t.encode(&text, false))
                         .ok();

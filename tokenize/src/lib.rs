@@ -13,6 +13,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub mod cache;
+pub use cache::{CacheStats, PrefixCache};
+
 /// Why a tokenizer or template could not be loaded or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
@@ -174,6 +177,26 @@ impl Tokenizer {
             Kind::Hf(t) => t
                 .encode(text, special)
                 .map(|e| e.get_ids().to_vec())
+                .map_err(|e| TokenError::Tokenizer(e.to_string())),
+        }
+    }
+
+    /// The HF encoding of `text`: its ids, each token's *byte* range in `text`
+    /// (`Encoding::get_offsets`; the Rust API's `encode` gives byte offsets, `encode_char_offsets`
+    /// char offsets) and the index of the pre-tokenizer word it belongs to. Same ids as
+    /// [`Tokenizer::encode`]. `None` for the byte-level approximation. What
+    /// [`PrefixCache`] needs to cut a tokenization at a token and splice another onto it.
+    #[cfg(feature = "hf")]
+    pub fn encode_with_offsets(
+        &self,
+        text: &str,
+        special: bool,
+    ) -> Result<Option<tokenizers::Encoding>, TokenError> {
+        match &self.kind {
+            Kind::Bytes => Ok(None),
+            Kind::Hf(t) => t
+                .encode(text, special)
+                .map(Some)
                 .map_err(|e| TokenError::Tokenizer(e.to_string())),
         }
     }

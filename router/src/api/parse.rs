@@ -53,7 +53,7 @@ where
         let table = read.ctx.table.clone();
         let parsed = crate::request::parse(read.ctx.endpoint, &read.body, &table.hasher, |model| {
             let p = table.precise(model)?;
-            (read.body.len() <= p.max_prompt_bytes).then(|| p.tokenizer.clone())
+            (read.body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
         });
         let features = match parsed {
             Ok(f) => f,

@@ -30,6 +30,9 @@ pub struct KvEventsConfig {
     /// Prompts longer than this (bytes) are not tokenized; they are routed by the approximate
     /// index alone.
     pub max_prompt_bytes: usize,
+    /// Token ids kept by the cache of shared prompt prefixes (about 4 bytes each), so that a
+    /// long system prompt is tokenized once, not with every request.
+    pub prefix_cache_tokens: usize,
 }
 
 impl Default for KvEventsConfig {
@@ -41,6 +44,7 @@ impl Default for KvEventsConfig {
             tokenizer: None,
             chat_template: None,
             max_prompt_bytes: 4 << 20,
+            prefix_cache_tokens: 4 << 20,
         }
     }
 }

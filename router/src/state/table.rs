@@ -65,9 +65,9 @@ impl Table {
             }
             if let Some(kv) = &pool.kv_events {
                 match super::tokens::load(kv) {
-                    Ok(tokenizer) => {
+                    Ok(tokens) => {
                         let m = Arc::new(PreciseModel {
-                            tokenizer,
+                            tokens,
                             max_prompt_bytes: kv.max_prompt_bytes,
                         });
                         for model in &pool.models {
