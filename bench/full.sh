@@ -14,17 +14,19 @@
 #   5. bench/independent.sh     warmpath-bench's figures against guidellm's on the same prompts
 #   6. bench/pd.sh              the prefill/decode split against unified serving and the SGLang
 #                               gateway's PD mode
-# and one report (BENCHMARKS.md) over all of it. Warmpath's defaults were chosen on seeds 1-2
+#   7. bench/flow.sh            per-tenant fairness under overload (issue 13) against plain
+#                               request-count fairness, no flow control and the SGLang queue
+# and one report (BENCHMARKS.md) over all of it (the P/D and flow reports appended as they are). Warmpath's defaults were chosen on seeds 1-2
 # and on the default-sized workloads; seeds 11-15 are never used for tuning.
 #
-# PARTS (default: all six) runs a subset; the results folder keeps what earlier parts of the
-# same commit wrote. A run of all six starts from an empty results folder.
+# PARTS (default: all seven) runs a subset; the results folder keeps what earlier parts of the
+# same commit wrote. A run of all seven starts from an empty results folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
-PARTS=${PARTS:-"tune main sensitivity vllm independent pd"}
+PARTS=${PARTS:-"tune main sensitivity vllm independent pd flow"}
 SCORE_SEEDS=${SCORE_SEEDS:-"11 12 13 14 15"}
 
 if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . 2>/dev/null; then
@@ -37,7 +39,7 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 export SKIP_REPORT=1
 mkdir -p "$RESULTS"
-if [ "$PARTS" = "tune main sensitivity vllm independent pd" ]; then
+if [ "$PARTS" = "tune main sensitivity vllm independent pd flow" ]; then
   rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/sglang-tuned-args
 fi
 started=$SECONDS
@@ -70,7 +72,16 @@ fi
 if has pd; then
   SEEDS=$SCORE_SEEDS bash bench/pd.sh
 fi
+if has flow; then
+  SEEDS="11 12 13" bash bench/flow.sh
+fi
 
 echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
 "$BIN_DIR/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
+# The P/D and flow-control reports have their own generators: appended as they are.
+for part in pd flow; do
+  if has $part && [ -f "bench/results-$part/REPORT.md" ]; then
+    { echo; sed 's/^# /## /' "bench/results-$part/REPORT.md"; } >> "$REPORT"
+  fi
+done
 echo "bench/full.sh: wrote $REPORT in $(((SECONDS - started) / 60)) minutes" >&2

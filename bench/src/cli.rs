@@ -48,6 +48,11 @@ pub enum Command {
     /// Write a workload's requests as JSON lines (`prompt` or `messages`, `output_tokens_count`,
     /// `session`, `tenant`), for feeding the same prompts to another benchmark tool.
     Export(ExportArgs),
+    /// Offer several tenants' load at once (each its own open or closed loop, with the tenant
+    /// header) and write per-tenant results: refusals, TTFT, tokens served, shares, Jain's index.
+    Fairness(Box<crate::fairness::FairnessArgs>),
+    /// Read fairness results and write the Markdown report with issue 13's targets.
+    FairnessReport(crate::fairness::FairnessReportArgs),
 }
 
 #[derive(Debug, Args)]

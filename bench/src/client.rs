@@ -13,6 +13,20 @@ use crate::sse::{Chunk, SseParser};
 use crate::text;
 use crate::workload::{Prompt, WorkRequest};
 
+/// The header a request's tenant ([`WorkRequest::tenant`]) is sent in: warmpath's own, which
+/// the router believes from trusted sources (loopback by default).
+pub const TENANT_HEADER: &str = "x-warmpath-tenant";
+
+/// The header that says why warmpath's flow control refused a request (on its 429s).
+pub const DROPPED_REASON_HEADER: &str = "x-warmpath-dropped-reason";
+
+/// Response headers of one request that [`send_detailed`] keeps beside its [`Outcome`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseInfo {
+    /// The [`DROPPED_REASON_HEADER`] value, when the answer carried one.
+    pub dropped_reason: Option<String>,
+}
+
 /// Where and how requests are sent.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -117,6 +131,17 @@ pub async fn send(
     req: &WorkRequest,
     run_start: Instant,
 ) -> Outcome {
+    send_detailed(client, target, req, run_start).await.0
+}
+
+/// [`send`], keeping the response headers of [`ResponseInfo`] too.
+pub async fn send_detailed(
+    client: &HttpClient,
+    target: &Target,
+    req: &WorkRequest,
+    run_start: Instant,
+) -> (Outcome, ResponseInfo) {
+    let mut info = ResponseInfo::default();
     let started = Instant::now();
     let mut out = Outcome {
         start_s: started.duration_since(run_start).as_secs_f64(),
@@ -131,7 +156,7 @@ pub async fn send(
     };
     let result = tokio::time::timeout(
         target.timeout,
-        exchange(client, target, req, started, &mut out),
+        exchange(client, target, req, started, &mut out, &mut info),
     )
     .await;
     out.e2e_s = started.elapsed().as_secs_f64();
@@ -145,7 +170,7 @@ pub async fn send(
         Ok(Err(e)) => out.error = Some(e),
         Ok(Ok(())) => {}
     }
-    out
+    (out, info)
 }
 
 async fn exchange(
@@ -154,13 +179,14 @@ async fn exchange(
     req: &WorkRequest,
     started: Instant,
     out: &mut Outcome,
+    info: &mut ResponseInfo,
 ) -> Result<(), (ErrorKind, String)> {
     let (path, body) = request_body(target, req);
     let mut builder = http::Request::post(format!("{}{}", target.base_url, path))
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "text/event-stream");
     if let Some(t) = &req.tenant {
-        builder = builder.header("x-tenant-id", t);
+        builder = builder.header(TENANT_HEADER, t);
     }
     if let Some(s) = req.session {
         builder = builder.header("x-session-id", format!("session-{s}"));
@@ -178,6 +204,11 @@ async fn exchange(
     out.replica = response
         .headers()
         .get("x-warmpath-replica")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    info.dropped_reason = response
+        .headers()
+        .get(DROPPED_REASON_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let status = response.status();
@@ -328,5 +359,46 @@ mod tests {
         let out = send(&http_client(1), &t, &req, Instant::now()).await;
         assert_eq!(out.error.map(|e| e.0), Some(ErrorKind::Connect));
         assert_eq!(out.ttft_s, None);
+    }
+    /// The tenant travels in [`TENANT_HEADER`] and a refusal's reason comes back in
+    /// [`ResponseInfo`]: a one-shot server that answers 429 like warmpath's flow control.
+    #[tokio::test]
+    async fn tenant_header_goes_out_and_the_dropped_reason_comes_back() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = sock.read(&mut buf).await.unwrap();
+                assert!(n > 0, "request ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let body = b"{\"error\":{\"message\":\"queue full\"}}";
+            let head = format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+                 x-warmpath-dropped-reason: queue-full\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            sock.write_all(head.as_bytes()).await.unwrap();
+            sock.write_all(body).await.unwrap();
+            String::from_utf8_lossy(&seen).to_lowercase()
+        });
+        let mut t = target();
+        t.base_url = format!("http://127.0.0.1:{port}");
+        let req = WorkRequest {
+            session: None,
+            tenant: Some("flood".into()),
+            prompt: Prompt::Text(" x".into()),
+            max_tokens: 1,
+        };
+        let (out, info) = send_detailed(&http_client(1), &t, &req, Instant::now()).await;
+        assert_eq!(out.error.map(|e| e.0), Some(ErrorKind::Status(429)));
+        assert_eq!(info.dropped_reason.as_deref(), Some("queue-full"));
+        let head = server.await.unwrap();
+        assert!(head.contains("\r\nx-warmpath-tenant: flood\r\n"), "{head}");
+        assert!(!head.contains("x-tenant-id"), "{head}");
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod fairness;
 pub mod metrics;
 pub mod oracle;
 pub mod provenance;

@@ -1,5 +1,6 @@
 //! `warmpath-bench`: `run` offers load and writes a JSON result, `describe` prints a workload and
-//! its oracle, `report` turns result files into BENCHMARKS.md and PNG plots.
+//! its oracle, `report` turns result files into BENCHMARKS.md and PNG plots, `fairness` offers
+//! several tenants' load at once and `fairness-report` sets fairness results side by side.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -32,6 +33,14 @@ fn main() -> Result<()> {
                 .build()?;
             rt.block_on(run_command(*args))
         }
+        Command::Fairness(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(warmpath_bench::fairness::command(*args))
+        }
+        Command::FairnessReport(args) => warmpath_bench::fairness::report_command(args),
         Command::Describe(args) => describe(args),
         Command::Export(args) => export(args),
         Command::Report(args) => {

@@ -72,7 +72,7 @@ pub struct WorkRequest {
     /// Requests of one session are sent one after the other, in sequence order; sent as the
     /// `x-session-id` header and the OpenAI `user` field.
     pub session: Option<u64>,
-    /// Sent as the `x-tenant-id` header; results are also broken down by it.
+    /// Sent as the `x-warmpath-tenant` header; results are also broken down by it.
     pub tenant: Option<String>,
     pub prompt: Prompt,
     pub max_tokens: u32,
