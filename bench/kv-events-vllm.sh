@@ -13,5 +13,5 @@ mkdir -p "$(dirname "$OUT")"
 {
   echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '-dirty')"
   WARMPATH_VLLM_DIR=$VLLM_DIR cargo test -q -p warmpath-router --test kv_events_vllm -- --nocapture 2>&1 \
-    | grep -E "real vLLM|events:|test result"
+    | grep -E "real vLLM|salted|events:|test result"
 } | tee "$OUT"
