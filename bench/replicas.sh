@@ -28,7 +28,8 @@
 # Knobs (environment): SEEDS, SYSTEMS, ROUTERS, REPLICAS, KV_BLOCKS, PREFILL_US, CONCURRENCY,
 # REQUESTS, WARMUP, WORKING_SET, ZIPF, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
 # otherwise a release build into target/), NGINX, ports SIM_PORT KV_PORT FRONT_PORT ROUTER_PORT
-# ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record).
+# ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record),
+# REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,18 +56,22 @@ SGLANG_ARGS=${SGLANG_ARGS:-$(cat bench/results/sglang-tuned-args 2>/dev/null || 
 NGINX=${NGINX:-nginx}
 BIN=${BIN_DIR:-target/release}
 
-[ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
-command -v "$NGINX" >/dev/null || { echo "bench/replicas.sh: no nginx ($NGINX)" >&2; exit 1; }
-mkdir -p "$RESULTS/metrics" "$RESULTS/configs"
-rm -f "$RESULTS"/*-s[0-9]*.json "$RESULTS"/metrics/*.txt "$RESULTS"/configs/* "$RESULTS"/commands.txt \
-  "$RESULTS"/summary.json "$RESULTS"/runs.tsv
+if [ -z "${REPORT_ONLY:-}" ]; then
+  [ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+  command -v "$NGINX" >/dev/null || { echo "bench/replicas.sh: no nginx ($NGINX)" >&2; exit 1; }
+  mkdir -p "$RESULTS/metrics" "$RESULTS/configs"
+  rm -f "$RESULTS"/*-s[0-9]*.json "$RESULTS"/metrics/*.txt "$RESULTS"/configs/* "$RESULTS"/commands.txt \
+    "$RESULTS"/summary.json "$RESULTS"/runs.tsv "$RESULTS"/elapsed_s
+fi
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 # An interrupted run stops its processes too (lib.sh's EXIT trap).
 trap 'exit 130' INT TERM
 
-started=$SECONDS
 say() { printf '\n== %s\n' "$*" >&2; }
+
+if [ -z "${REPORT_ONLY:-}" ]; then
+started=$SECONDS
 note_cmd() { echo "$*" | sed "s#$BIN/##g; s#$WORK#\$WORK#g" >> "$RESULTS/commands.txt"; }
 {
   echo "# bench/replicas.sh, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
@@ -271,7 +276,9 @@ for seed in $SEEDS; do
   done
 done
 stop_all
-elapsed=$((SECONDS - started))
+echo $((SECONDS - started)) > "$RESULTS/elapsed_s"
+fi
+elapsed=$(cat "$RESULTS/elapsed_s" 2>/dev/null || echo 0)
 
 say "report"
 python3 - "$RESULTS" "$ROUTERS" "$elapsed" "${BINARIES_FROM:-the working tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
