@@ -116,13 +116,7 @@ async fn predictions_match_real_vllm_engines() {
         }
         let r = post(rt.addr, "/v1/completions", &body.to_string()).await;
         assert_eq!(r.status, 200, "{}", r.body);
-        let predicted: u64 = r
-            .header("x-warmpath-cached-tokens")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u64::MAX);
-        let actual = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap_or(0);
+        let (predicted, actual) = cached_tokens(&r);
         salted.push((salt, predicted, actual));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -147,6 +147,19 @@ impl Agreement {
     }
 }
 
+/// The router's predicted cached tokens (`x-warmpath-cached-tokens`; `u64::MAX` when absent)
+/// and the engine's own (`usage.prompt_tokens_details.cached_tokens`) for one answer.
+pub fn cached_tokens(r: &Reply) -> (u64, u64) {
+    let predicted = r
+        .header("x-warmpath-cached-tokens")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    let actual = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    (predicted, actual)
+}
+
 /// A seeded mix of `n` chat and completion requests over four shared system prompts of
 /// `system_bytes` each, sent one at a time through the router at `addr` with `pause` between
 /// them (so that each request's KV events reach the router before the next, as they would
@@ -178,13 +191,7 @@ pub async fn cached_token_agreement(
         };
         let r = post(addr, path, &body.to_string()).await;
         assert_eq!(r.status, 200, "{}", r.body);
-        let predicted: u64 = r
-            .header("x-warmpath-cached-tokens")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u64::MAX);
-        let actual = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap_or(0);
+        let (predicted, actual) = cached_tokens(&r);
         a.total += 1;
         if predicted == actual {
             a.exact += 1;
