@@ -180,17 +180,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
     };
     eprintln!("{}", one_line_summary(&result));
     let json = serde_json::to_string_pretty(&result)?;
-    match &args.out {
-        Some(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, json + "\n")
-                .with_context(|| format!("writing {}", path.display()))?
-        }
-        None => println!("{json}"),
-    }
-    Ok(())
+    warmpath_bench::results::write_json(args.out.as_deref(), json)
 }
 
 /// The oracle's fleet: the cache shape the replicas report when every one of them does,

@@ -280,6 +280,23 @@ pub fn aggregate(all: &[Outcome], warmup: usize) -> Aggregate {
     }
 }
 
+/// Write a result's JSON to `out` (creating its folder), or to standard output without one.
+pub fn write_json(out: Option<&std::path::Path>, json: String) -> anyhow::Result<()> {
+    use anyhow::Context;
+    match out {
+        Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
+        }
+        None => {
+            println!("{json}");
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

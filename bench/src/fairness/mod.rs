@@ -197,17 +197,7 @@ pub async fn command(args: FairnessArgs) -> Result<()> {
     };
     eprintln!("{}", one_line_summary(&result));
     let json = serde_json::to_string_pretty(&result)?;
-    match &args.out {
-        Some(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, json + "\n")
-                .with_context(|| format!("writing {}", path.display()))?
-        }
-        None => println!("{json}"),
-    }
-    Ok(())
+    crate::results::write_json(args.out.as_deref(), json)
 }
 
 fn one_line_summary(r: &FairnessResult) -> String {
