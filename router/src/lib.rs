@@ -141,8 +141,9 @@ pub async fn start_with(
     let (admin_listener, admin_addr) = bind(config.admin).await?;
 
     let metrics = Arc::new(Metrics::new());
-    let index: SharedIndex = Arc::new(parking_lot::Mutex::new(RouterIndex::approximate(
+    let index: SharedIndex = Arc::new(parking_lot::Mutex::new(RouterIndex::new(
         config.index.max_bytes_per_replica,
+        config.index.pending_limits(),
     )));
     let discovery = Arc::new(DiscoveryStatus::new(options.kubernetes.is_none()));
     let serve_options = server::ServeOptions {

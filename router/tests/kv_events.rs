@@ -7,6 +7,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
+use warmpath_router::RouterHandle;
 
 /// A free TCP port pair base (the simulator binds base + i for replica i).
 fn free_ports(n: u16) -> u16 {
@@ -215,23 +216,76 @@ async fn seeded_mix(f: Fleet) {
 /// A router that starts after the engines has missed their first events; with the replay
 /// endpoint it fetches them and its view is complete (fresh), so it finds a prefix cached
 /// before it existed.
-#[tokio::test]
-async fn a_late_router_catches_up_through_the_replay_endpoint() {
-    let port = free_ports(4);
-    let (events, replay) = (format!("tcp://*:{port}"), format!("tcp://*:{}", port + 2));
-    let sim = sim(&[
-        "--timing",
-        "zero",
+/// Simulator replicas that publish KV events and serve replays (replica i: events on
+/// `port + i`, replays on `port + replicas + i`).
+async fn replay_sim(replicas: u16, extra: &[&str]) -> (warmpath_sim::SimHandle, u16) {
+    let port = free_ports(2 * replicas);
+    let events = format!("tcp://*:{port}");
+    let replay = format!("tcp://*:{}", port + replicas);
+    let n = replicas.to_string();
+    let mut args = vec![
         "--replicas",
-        "2",
+        n.as_str(),
         "--block-size",
         "16",
         "--kv-events-endpoint",
         events.as_str(),
         "--kv-events-replay-endpoint",
         replay.as_str(),
-    ])
-    .await;
+    ];
+    args.extend_from_slice(extra);
+    (sim(&args).await, port)
+}
+
+/// A router following `replay_sim`'s replicas, with `top` added to its configuration.
+async fn replay_router(sim: &warmpath_sim::SimHandle, port: u16, top: &str) -> RouterHandle {
+    let replicas = sim.addrs().len() as u16;
+    let mut y = format!(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: {{ decision: true }}\n{top}pools:\n  - name: p\n    models: [tiny]\n    kv_events: {{}}\n    replicas:\n",
+    );
+    for (i, a) in sim.addrs().iter().enumerate() {
+        y.push_str(&format!(
+            "      - {{ name: r{i}, url: \"http://{a}\", kv_events_endpoint: \"tcp://127.0.0.1:{}\", kv_events_replay_endpoint: \"tcp://127.0.0.1:{}\" }}\n",
+            port + i as u16,
+            port + replicas + i as u16
+        ));
+    }
+    let rt = router(&y).await;
+    wait_ready(rt.admin_addr).await;
+    rt
+}
+
+/// Send small prompts to replica `i` behind the router's back until the router's view of it
+/// is complete (fresh): any new event shows it what it missed, and it replays that.
+async fn wait_fresh(rt: &RouterHandle, sim: &warmpath_sim::SimHandle, i: usize) {
+    let name = format!("r{i}");
+    for attempt in 0..100u64 {
+        let probe =
+            json!({"model": "tiny", "prompt": text(80_000 + attempt, 200), "max_tokens": 1});
+        assert_eq!(
+            direct(sim.addrs()[i], "/v1/completions", &probe)
+                .await
+                .status,
+            200
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = router_metrics(rt.admin_addr).await;
+        if metric(&m, "warmpath_kv_events_mode", &[("replica", &name)]) == 2.0 {
+            return;
+        }
+    }
+    panic!(
+        "{name} never became fresh: {}",
+        router_metrics(rt.admin_addr).await
+    );
+}
+
+/// A router that starts after the engines has missed their first events; with the replay
+/// endpoint it fetches them and its view is complete (fresh), so it finds a prefix cached
+/// before it existed.
+#[tokio::test]
+async fn a_late_router_catches_up_through_the_replay_endpoint() {
+    let (sim, port) = replay_sim(2, &["--timing", "zero"]).await;
     // Before any router exists: r1 caches a long prompt; its events reach no one.
     let early = json!({"model": "tiny", "prompt": text(42, 3000), "max_tokens": 1});
     assert_eq!(
@@ -240,45 +294,12 @@ async fn a_late_router_catches_up_through_the_replay_endpoint() {
             .status,
         200
     );
-
-    let mut y = String::from(
-        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: { decision: true }\npools:\n  - name: p\n    models: [tiny]\n    kv_events: {}\n    replicas:\n",
-    );
-    for (i, a) in sim.addrs().iter().enumerate() {
-        y.push_str(&format!(
-            "      - {{ name: r{i}, url: \"http://{a}\", kv_events_endpoint: \"tcp://127.0.0.1:{}\", kv_events_replay_endpoint: \"tcp://127.0.0.1:{}\" }}\n",
-            port + i as u16,
-            port + 2 + i as u16
-        ));
-    }
-    let rt = router(&y).await;
-    wait_ready(rt.admin_addr).await;
-    // Any new event of r1 shows the router it missed the first ones; it replays them.
-    let mut fresh = false;
-    for attempt in 0..100u64 {
-        let probe =
-            json!({"model": "tiny", "prompt": text(80_000 + attempt, 200), "max_tokens": 1});
-        assert_eq!(
-            direct(sim.addrs()[1], "/v1/completions", &probe)
-                .await
-                .status,
-            200
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let m = router_metrics(rt.admin_addr).await;
-        if metric(&m, "warmpath_kv_events_mode", &[("replica", "r1")]) == 2.0 {
-            assert!(
-                metric(&m, "warmpath_kv_events_total", &[("kind", "replay")]) >= 1.0,
-                "{m}"
-            );
-            fresh = true;
-            break;
-        }
-    }
+    let rt = replay_router(&sim, port, "").await;
+    wait_fresh(&rt, &sim, 1).await;
+    let m = router_metrics(rt.admin_addr).await;
     assert!(
-        fresh,
-        "r1 never became fresh: {}",
-        router_metrics(rt.admin_addr).await
+        metric(&m, "warmpath_kv_events_total", &[("kind", "replay")]) >= 1.0,
+        "{m}"
     );
     let r = direct(rt.addr, "/v1/completions", &early).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -291,4 +312,37 @@ async fn a_late_router_catches_up_through_the_replay_endpoint() {
     assert!(predicted > 600, "{predicted}");
     assert_eq!(predicted, cached(&r));
     rt.shutdown().await;
+}
+
+/// Replicas the router follows through events, a slow prefill, and a burst of requests for one
+/// new prompt: the engine reports the prompt's blocks only after its prefill, so without the
+/// pending blocks every request of the burst sees the prompt nowhere and they spread over the
+/// fleet (shown with `pending_ttl_ms: 0`); with them, the burst stays on one replica.
+#[tokio::test]
+async fn a_burst_of_one_new_prompt_stays_on_one_replica() {
+    // ~750 tokens at 0.4 ms each: 300 ms of prefill before the engine reports anything.
+    let (sim, port) = replay_sim(2, &["--prefill-us-per-token", "400"]).await;
+    for (top, one_replica) in [("index: { pending_ttl_ms: 0 }\n", false), ("", true)] {
+        let rt = replay_router(&sim, port, top).await;
+        wait_fresh(&rt, &sim, 0).await;
+        wait_fresh(&rt, &sim, 1).await;
+        let body = json!({"model": "tiny", "prompt": text(7_000 + u64::from(one_replica), 3000), "max_tokens": 1});
+        let mut burst = Vec::new();
+        for _ in 0..4 {
+            let (addr, body) = (rt.addr, body.clone());
+            burst.push(tokio::spawn(async move {
+                direct(addr, "/v1/completions", &body).await
+            }));
+            // Each choice made before the next request arrives, all well within the prefill.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut chosen = std::collections::BTreeSet::new();
+        for r in burst {
+            let r = r.await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.body);
+            chosen.insert(r.header("x-warmpath-replica").unwrap().to_owned());
+        }
+        assert_eq!(chosen.len() == 1, one_replica, "{top}: {chosen:?}");
+        rt.shutdown().await;
+    }
 }

@@ -7,7 +7,7 @@
 use super::{Attempt, AttemptError, Chosen};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::state::index::{SharedIndex, SharedPrecise};
+use crate::state::index::{PendingGuard, SharedIndex, SharedPrecise};
 use crate::state::replica::{InflightGuard, KvMode, PrefillGuard};
 use crate::state::table::{Candidate, Table};
 use futures_util::future::Either;
@@ -40,6 +40,8 @@ pub struct Routed {
     pub prefill_tokens: u32,
     pub inflight: InflightGuard,
     pub prefill: PrefillGuard,
+    /// Its blocks as held on the replica until the engine reports them (event-followed pools).
+    pub pending: Option<PendingGuard>,
     /// Prompt tokens the chosen replica's engine holds, by its KV events (`None` without).
     pub cached_tokens: Option<u32>,
 }
@@ -103,14 +105,17 @@ pub fn choose_among(
             request.blocks,
         )
     });
-    let (decision, queued_ahead, prefill_tokens) = {
+    let (decision, queued_ahead, prefill_tokens, pending) = {
         let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
         if let Some(precise) = &precise {
-            for (m, p) in matched.iter_mut().zip(precise) {
+            let pending = index.pending();
+            pending.expire(now);
+            for ((m, p), &id) in matched.iter_mut().zip(precise).zip(&ids) {
                 *m = match p.mode {
                     KvMode::Off => *m,
-                    KvMode::Fresh => p.blocks,
+                    // What the engine reported, and what it was sent and has not reported yet.
+                    KvMode::Fresh => p.blocks.max(pending.longest_prefix(id, hashes)),
                     KvMode::Uncertain => p.blocks.max(*m),
                 };
             }
@@ -142,11 +147,15 @@ pub fn choose_among(
             .map(|t| t.div_ceil(u64::from(tokens_per_block.max(1))) as usize);
         index.set_replica_capacity(decision.replica, capacity);
         index.on_routed(decision.replica, hashes);
+        let pending = precise.is_some().then(|| {
+            let id = index.pending().insert(decision.replica, hashes, now);
+            PendingGuard::new(indexes.approx.clone(), id)
+        });
         // The predictor must learn from the same inputs it predicted with.
         let chosen = &views[decision.index];
         let prefill_tokens =
             chosen.prefill_tokens(request.uncached_tokens(decision.matched_blocks));
-        (decision, chosen.queued_ahead(), prefill_tokens)
+        (decision, chosen.queued_ahead(), prefill_tokens, pending)
     };
     let candidate = ready[decision.index].clone();
     let cached_tokens = precise
@@ -173,6 +182,7 @@ pub fn choose_among(
         prefill_tokens,
         inflight,
         prefill,
+        pending,
         cached_tokens,
     })
 }

@@ -222,10 +222,13 @@ fn respond(
     let replica = routed.candidate.replica.clone();
     let (prefill_tokens, queued_ahead) = (routed.prefill_tokens, routed.queued_ahead);
     let prefill = routed.prefill;
+    let pending = routed.pending;
     let first_route = route.clone();
     let on_first = move || {
-        // The first token arrived: this request's prefill is done on the replica.
+        // The first token arrived: this request's prefill is done on the replica, and its
+        // engine is about to report the blocks.
         drop(prefill);
+        drop(pending);
         let ttfb = forwarded.elapsed().as_secs_f64();
         first_route.first_byte.observe(ttfb);
         if learn_ttft {

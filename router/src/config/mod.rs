@@ -225,6 +225,23 @@ pub struct IndexConfig {
     pub precise_max_blocks_per_replica: usize,
     /// Engine blocks the KV-event index keeps over all replicas.
     pub precise_max_blocks_total: usize,
+    /// Blocks of requests routed to event-followed replicas whose engines have not yet
+    /// reported them (over all replicas); they count as held until then.
+    pub pending_max_blocks: usize,
+    /// A routed request's blocks count at most this long without the engine's report.
+    pub pending_ttl_ms: u64,
+    /// And this long after its first byte (time for the report to arrive).
+    pub pending_grace_ms: u64,
+}
+
+impl IndexConfig {
+    pub fn pending_limits(&self) -> warmpath_routing::index::PendingLimits {
+        warmpath_routing::index::PendingLimits {
+            max_blocks: self.pending_max_blocks,
+            ttl: std::time::Duration::from_millis(self.pending_ttl_ms),
+            grace: std::time::Duration::from_millis(self.pending_grace_ms),
+        }
+    }
 }
 
 impl Default for IndexConfig {
@@ -234,6 +251,9 @@ impl Default for IndexConfig {
             max_bytes_per_replica: 8 << 20,
             precise_max_blocks_per_replica: 1 << 20,
             precise_max_blocks_total: 8 << 20,
+            pending_max_blocks: 1 << 18,
+            pending_ttl_ms: 30_000,
+            pending_grace_ms: 1_000,
         }
     }
 }

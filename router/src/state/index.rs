@@ -1,65 +1,91 @@
-//! The router's prefix index: the implementations of `warmpath_routing::index::PrefixIndex` it
-//! can run, behind one type so that configuration reloads can re-bound them.
-//!
-//! Today that is the approximate index (learned from the router's own decisions). An index fed
-//! by engine KV events is the second variant to come; it answers the same queries.
+//! The router's own prefix index: what it sent where (the approximate index), and which of
+//! those requests' blocks an engine followed through KV events has not yet reported (the
+//! pending blocks), under one lock so that a choice sees the ones made just before it.
 
-use warmpath_routing::index::{ApproxIndex, IndexLimits, IndexStats, PrefixIndex};
+use std::time::Instant;
+use warmpath_routing::index::{
+    ApproxIndex, IndexLimits, IndexStats, PendingId, PendingIndex, PendingLimits, PrefixIndex,
+};
 use warmpath_routing::{BlockHash, ReplicaId};
 
 #[derive(Debug)]
-pub enum RouterIndex {
-    Approximate(ApproxIndex),
+pub struct RouterIndex {
+    approx: ApproxIndex,
+    pending: PendingIndex,
 }
 
 impl RouterIndex {
     pub fn approximate(max_bytes_per_replica: usize) -> Self {
-        RouterIndex::Approximate(ApproxIndex::new(IndexLimits {
-            max_bytes_per_replica,
-        }))
+        Self::new(max_bytes_per_replica, PendingLimits::default())
+    }
+
+    pub fn new(max_bytes_per_replica: usize, pending: PendingLimits) -> Self {
+        Self {
+            approx: ApproxIndex::new(IndexLimits {
+                max_bytes_per_replica,
+            }),
+            pending: PendingIndex::new(pending),
+        }
     }
 
     /// Apply a new memory bound (shrinking evicts at once).
     pub fn set_limits(&mut self, max_bytes_per_replica: usize) {
-        match self {
-            RouterIndex::Approximate(i) => i.set_limits(IndexLimits {
-                max_bytes_per_replica,
-            }),
-        }
+        self.approx.set_limits(IndexLimits {
+            max_bytes_per_replica,
+        })
     }
 
     /// Bound `replica`'s entries by its engine's KV capacity (in index blocks).
     pub fn set_replica_capacity(&mut self, replica: ReplicaId, entries: Option<usize>) {
-        match self {
-            RouterIndex::Approximate(i) => i.set_replica_capacity(replica, entries),
-        }
+        self.approx.set_replica_capacity(replica, entries)
     }
 
-    fn inner(&self) -> &dyn PrefixIndex {
-        match self {
-            RouterIndex::Approximate(i) => i,
-        }
+    /// The blocks routed to replicas whose engines have not yet reported them.
+    pub fn pending(&mut self) -> &mut PendingIndex {
+        &mut self.pending
     }
+}
 
-    fn inner_mut(&mut self) -> &mut dyn PrefixIndex {
-        match self {
-            RouterIndex::Approximate(i) => i,
-        }
+/// A routed request's pending blocks: they count on its replica until its prefill is done
+/// (this guard is dropped at the first byte, or when the request ends) and a grace after.
+pub struct PendingGuard {
+    index: SharedIndex,
+    id: PendingId,
+}
+
+impl PendingGuard {
+    pub fn new(index: SharedIndex, id: PendingId) -> Self {
+        Self { index, id }
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.index.lock().pending.prefilled(self.id, Instant::now());
+    }
+}
+
+impl std::fmt::Debug for PendingGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingGuard")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
 impl PrefixIndex for RouterIndex {
     fn longest_prefix(&self, hashes: &[BlockHash], candidates: &[ReplicaId], out: &mut [u32]) {
-        self.inner().longest_prefix(hashes, candidates, out)
+        self.approx.longest_prefix(hashes, candidates, out)
     }
     fn on_routed(&mut self, replica: ReplicaId, hashes: &[BlockHash]) {
-        self.inner_mut().on_routed(replica, hashes)
+        self.approx.on_routed(replica, hashes)
     }
     fn remove_replica(&mut self, replica: ReplicaId) {
-        self.inner_mut().remove_replica(replica)
+        self.approx.remove_replica(replica);
+        self.pending.remove_replica(replica);
     }
     fn stats(&self) -> IndexStats {
-        self.inner().stats()
+        self.approx.stats()
     }
 }
 

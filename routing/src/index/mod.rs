@@ -2,7 +2,8 @@
 //!
 //! [`PrefixIndex`] is the seam between the two ways of knowing: [`ApproxIndex`] learns from the
 //! router's own decisions (a replica that was sent a prompt is assumed to hold its blocks), and
-//! [`PreciseIndex`] answers from what the engines report in their KV events. Both are bounded
+//! [`PreciseIndex`] answers from what the engines report in their KV events, with
+//! [`PendingIndex`] covering the time between a choice and the engine's report. All are bounded
 //! in memory by configuration: peers shipped unbounded indexes, we don't.
 //!
 //! The approximate index is built from three parts: `holders` (per block, the replicas holding
@@ -14,10 +15,12 @@ mod approx;
 mod block_key;
 mod holders;
 mod lru;
+mod pending;
 mod precise;
 
 pub use approx::{ApproxIndex, ENTRY_BYTES};
 pub use holders::INLINE_REPLICAS;
+pub use pending::{PendingId, PendingIndex, PendingLimits};
 pub use precise::{
     block_key, engine_digest, is_cached_medium, prompt_keys, prompt_keys_with_extras, Applied,
     ApplyError, PreciseIndex, PreciseLimits, PreciseStats, StoredBlocks, PRECISE_ENTRY_BYTES,
