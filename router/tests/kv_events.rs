@@ -322,8 +322,14 @@ async fn a_late_router_catches_up_through_the_replay_endpoint() {
 async fn a_burst_of_one_new_prompt_stays_on_one_replica() {
     // ~750 tokens at 0.4 ms each: 300 ms of prefill before the engine reports anything.
     let (sim, port) = replay_sim(2, &["--prefill-us-per-token", "400"]).await;
-    for (top, one_replica) in [("index: { pending_ttl_ms: 0 }\n", false), ("", true)] {
-        let rt = replay_router(&sim, port, top).await;
+    // Placement by the prompt's hash (which also keeps a burst together while load allows) is
+    // off, to show the pending blocks alone.
+    let no_home = "scheduling: { placement: { new_prefix_slack: -1 } }\n";
+    for (top, one_replica) in [
+        (format!("index: {{ pending_ttl_ms: 0 }}\n{no_home}"), false),
+        (no_home.to_owned(), true),
+    ] {
+        let rt = replay_router(&sim, port, &top).await;
         wait_fresh(&rt, &sim, 0).await;
         wait_fresh(&rt, &sim, 1).await;
         let body = json!({"model": "tiny", "prompt": text(7_000 + u64::from(one_replica), 3000), "max_tokens": 1});

@@ -276,3 +276,38 @@ async fn the_index_is_sized_by_the_engines_kv_capacity() {
     );
     s.stop().await;
 }
+
+/// Two routers in front of the same replicas, neither knowing what the other routed: a new
+/// prompt sent to one and then to the other lands on the same replica, because both send a
+/// new prefix to the home its hash names. With that turned off, the second router places the
+/// prompt by its own view of the load, and often elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routers_agree_on_where_new_prefixes_live() {
+    let sim = sim(&["--timing", "zero", "--replicas", "4"]).await;
+    for (placement, agree) in [
+        ("", true),
+        ("    placement: { new_prefix_slack: -1 }\n", false),
+    ] {
+        let extra = format!("scheduling:\n  policy: prefix\n{placement}")
+            .replace("    placement", "  placement");
+        let a = router(&config_yaml("tiny", &sim.addrs(), &extra)).await;
+        let b = router(&config_yaml("tiny", &sim.addrs(), &extra)).await;
+        wait_ready(a.admin_addr).await;
+        wait_ready(b.admin_addr).await;
+        let mut same = 0;
+        for i in 0..24 {
+            let prompt = completion(&text(3000 + i + u64::from(agree) * 100, 2048), 1);
+            let first = post(a.addr, "/v1/completions", &prompt).await;
+            let second = post(b.addr, "/v1/completions", &prompt).await;
+            assert_eq!((first.status, second.status), (200, 200));
+            same += u32::from(first.replica() == second.replica());
+        }
+        if agree {
+            assert_eq!(same, 24, "the routers disagreed on new prefixes' homes");
+        } else {
+            assert!(same < 20, "{same} of 24 agreed without shared placement");
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}

@@ -363,6 +363,7 @@ fn run(scenario: Scenario) -> Outcome {
                     .enumerate()
                     .map(|(i, r)| ReplicaView {
                         id: ids[i],
+                        key: u64::from(ids[i]),
                         inflight_requests: r.inflight,
                         inflight_tokens: r.inflight_tokens,
                         engine: engine_metrics.then(|| r.engine_load(&reqs, cache_tokens)),

@@ -56,6 +56,7 @@ impl Router {
             .enumerate()
             .map(|(i, &id)| ReplicaView {
                 id,
+                key: u64::from(id),
                 inflight_requests: self.inflight[i],
                 inflight_tokens: 0,
                 engine: None,

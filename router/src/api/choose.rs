@@ -126,6 +126,7 @@ pub fn choose_among(
             .zip(&matched)
             .map(|((c, ttft), &matched_blocks)| ReplicaView {
                 id: c.replica.id,
+                key: c.replica.key,
                 inflight_requests: c.replica.inflight_requests(),
                 inflight_tokens: c.replica.inflight_tokens(),
                 engine: c.replica.engine_load(now, table.stale_after),

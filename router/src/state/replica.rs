@@ -65,6 +65,9 @@ pub struct KvStatus {
 #[derive(Debug)]
 pub struct ReplicaState {
     pub id: ReplicaId,
+    /// Its identity as every router knows it: a hash of its name (the scheduler's
+    /// `ReplicaView::key`).
+    pub key: u64,
     pub name: String,
     pub url: String,
     pub authority: http::uri::Authority,
@@ -105,6 +108,7 @@ impl ReplicaState {
             .expect("a URI authority is a valid header value");
         Self {
             id,
+            key: warmpath_routing::scheduler::replica_key(name),
             name: name.to_owned(),
             url: url.trim_end_matches('/').to_owned(),
             authority,

@@ -154,6 +154,7 @@ impl Fleet {
             .enumerate()
             .map(|(i, &id)| ReplicaView {
                 id,
+                key: u64::from(id),
                 inflight_requests: self.inflight[i],
                 inflight_tokens: u64::from(self.inflight[i]) * 4096,
                 engine: self.engine[i],

@@ -90,6 +90,27 @@ impl Default for HotspotGuard {
     }
 }
 
+/// Where the weighted policy puts a prompt's new part (`scheduler/weighted.rs`,
+/// `new_prefix_home`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Placement {
+    /// Among the warmest candidates scoring within this much of the best (in weighted-score
+    /// units at the default weights: 0.5 is 8 more in-flight requests at light load, or one
+    /// more waiting in the engine's queue, or 25% more KV use), the prompt's first unmatched
+    /// block chooses by its hash. 0: only among exact ties; negative: off (the best score
+    /// wins, ties at random).
+    pub new_prefix_slack: f64,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            new_prefix_slack: 0.5,
+        }
+    }
+}
+
 /// Settings of the `consistent_hash` policy (`scheduler/consistent_hash.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -168,6 +189,7 @@ pub struct SchedulerConfig {
     pub policy: Policy,
     pub weights: Weights,
     pub hotspot: HotspotGuard,
+    pub placement: Placement,
     pub consistent_hash: ConsistentHash,
     pub llm_d: LlmD,
     pub dynamo: Dynamo,

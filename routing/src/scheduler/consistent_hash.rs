@@ -177,6 +177,7 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| ReplicaView {
                 id: i as ReplicaId * 10 + 3,
+                key: i as u64,
                 inflight_requests: n,
                 inflight_tokens: 0,
                 engine: None,

@@ -88,6 +88,7 @@ mod tests {
     fn view(matched: u32, pending: u64, active: u64, m: &TtftModel) -> ReplicaView<'_> {
         ReplicaView {
             id: 0,
+            key: 0,
             inflight_requests: 0,
             // Not what this policy reads (prompt and output, shared prefixes once per request).
             inflight_tokens: active * 10,

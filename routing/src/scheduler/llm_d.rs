@@ -136,6 +136,7 @@ mod tests {
     ) -> ReplicaView<'_> {
         ReplicaView {
             id,
+            key: u64::from(id),
             inflight_requests: 0,
             inflight_tokens: 0,
             engine: engine.map(|(running, waiting, kv)| EngineLoad {

@@ -49,10 +49,11 @@ mod view;
 mod weighted;
 
 pub use config::{
-    ConsistentHash, Dynamo, HotspotGuard, LlmD, Policy, SchedulerConfig, Weights, MAX_VIRTUAL_NODES,
+    ConsistentHash, Dynamo, HotspotGuard, LlmD, Placement, Policy, SchedulerConfig, Weights,
+    MAX_VIRTUAL_NODES,
 };
 pub use consistent_hash::{capacity, ring_key, EMPTY_PROMPT_KEY};
-pub use view::{EngineLoad, ReplicaView, RequestView, MAX_ENGINE_COUNT};
+pub use view::{replica_key, EngineLoad, ReplicaView, RequestView, MAX_ENGINE_COUNT};
 pub use weighted::{LOAD_FLOOR, QUEUE_FLOOR};
 
 use crate::{BlockHash, ReplicaId};
@@ -61,7 +62,7 @@ use dynamo::dynamo;
 use llm_d::llm_d;
 use predicted::{min_cost, Predictor};
 use tiebreak::{Best, TieBreak};
-use weighted::{stay_warm, weighted};
+use weighted::{best_score, new_prefix_home, stay_warm, weighted_scores};
 
 /// The pick, with the reasons (returned in a debug header and counted in metrics).
 #[derive(Debug, Clone, PartialEq)]
@@ -135,8 +136,16 @@ impl Scheduler {
             Policy::RoundRobin => ((rng_seed % candidates.len() as u64) as usize, "round_robin"),
             Policy::LeastLoad => (least_load(candidates, &mut rng), "least_load"),
             Policy::Prefix => {
-                let pick = weighted(&self.config.weights, request, candidates, &mut rng);
-                (stay_warm(&ttft, candidates, pick), "weighted_score")
+                let scores = weighted_scores(&self.config.weights, request, candidates);
+                let pick = stay_warm(&ttft, candidates, best_score(&scores, &mut rng));
+                let home = new_prefix_home(
+                    self.config.placement.new_prefix_slack,
+                    &scores,
+                    candidates,
+                    hashes,
+                    pick,
+                );
+                (home, "weighted_score")
             }
             Policy::PredictedTtft => (
                 min_cost(&ttft, candidates, None, &mut rng).unwrap_or(0),

@@ -20,6 +20,7 @@ fn view(
 ) -> ReplicaView<'_> {
     ReplicaView {
         id,
+        key: u64::from(id),
         inflight_requests: inflight,
         inflight_tokens: u64::from(inflight) * 1000,
         engine,
@@ -551,6 +552,9 @@ fn odd_inputs_still_decide() {
             max_wait_s: f64::NAN,
             spill_factor: -1.0,
         },
+        placement: Placement {
+            new_prefix_slack: f64::NAN,
+        },
         consistent_hash: ConsistentHash {
             prefix_blocks: 0,
             epsilon: f64::NAN,
@@ -772,6 +776,7 @@ proptest::proptest! {
             .enumerate()
             .map(|(i, &(inflight, running, waiting, kv, fresh, matched))| ReplicaView {
                 id: i as u32,
+                key: i as u64,
                 inflight_requests: inflight,
                 inflight_tokens: u64::from(inflight) * 100,
                 engine: fresh.map(|_| EngineLoad { running, waiting, kv_cache_usage: kv }),
@@ -789,5 +794,102 @@ proptest::proptest! {
         proptest::prop_assert_eq!(d.replica, cands[d.index].id);
         proptest::prop_assert!(d.predicted_ttft_s.is_finite() && d.predicted_ttft_s >= 0.0);
         proptest::prop_assert!(req.uncached_tokens(d.matched_blocks) <= prompt_tokens);
+    }
+}
+
+/// Prompts whose first `blocks` block hashes are new (seeded by `seed`).
+fn new_prompt(seed: u64, blocks: u64) -> Vec<BlockHash> {
+    (0..blocks)
+        .map(|b| seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b)
+        .collect()
+}
+
+#[test]
+fn routers_with_slightly_different_load_views_agree_on_a_new_prefix_home() {
+    let m = TtftModel::default();
+    // Two routers, each counting only its own requests in flight.
+    let a: Vec<_> = [3, 4, 3, 5]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| view(i as ReplicaId, n, engine(8.0, 0.0, 0.5), 0, &m))
+        .collect();
+    let b: Vec<_> = [4, 3, 4, 4]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| view(i as ReplicaId, n, engine(8.0, 0.0, 0.5), 0, &m))
+        .collect();
+    let s = sched(Policy::Prefix);
+    let mut homes = [0u32; 4];
+    for seed in 0..4000 {
+        let hashes = new_prompt(seed, 8);
+        let da = s.decide_with_hashes(&request(), &hashes, &a, seed).unwrap();
+        let db = s
+            .decide_with_hashes(&request(), &hashes, &b, seed ^ 0xff)
+            .unwrap();
+        assert_eq!(da.replica, db.replica, "prompt {seed}: {da:?} {db:?}");
+        homes[da.index] += 1;
+    }
+    // And distinct new prefixes spread evenly over the fleet.
+    assert!(homes.iter().all(|&c| (850..1150).contains(&c)), "{homes:?}");
+    // Without it, each router takes its own least-loaded replica.
+    let off = Scheduler::new(SchedulerConfig {
+        placement: Placement {
+            new_prefix_slack: -1.0,
+        },
+        ..SchedulerConfig::default()
+    });
+    let hashes = new_prompt(1, 8);
+    let da = off.decide_with_hashes(&request(), &hashes, &a, 1).unwrap();
+    let db = off.decide_with_hashes(&request(), &hashes, &b, 1).unwrap();
+    assert!(
+        [0, 2].contains(&da.replica) && db.replica == 1,
+        "{da:?} {db:?}"
+    );
+}
+
+#[test]
+fn a_new_prefix_home_is_chosen_by_the_first_unmatched_block_among_the_warmest() {
+    let m = TtftModel::default();
+    let s = sched(Policy::Prefix);
+    // All hold the shared first 2 blocks (a common system prompt); what follows is new.
+    let cands: Vec<_> = (0..4).map(|i| view(i, 2, None, 2, &m)).collect();
+    let mut homes = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut hashes = vec![11, 12];
+        hashes.extend(new_prompt(seed, 6));
+        let d = s
+            .decide_with_hashes(&request(), &hashes, &cands, seed)
+            .unwrap();
+        // The same prompt goes to the same home whatever the tie-break seed.
+        for other in 0..8 {
+            let again = s
+                .decide_with_hashes(&request(), &hashes, &cands, other)
+                .unwrap();
+            assert_eq!(again.replica, d.replica);
+        }
+        homes.insert(d.replica);
+    }
+    // The shared blocks do not pile every prompt onto one replica.
+    assert_eq!(homes.len(), 4);
+}
+
+#[test]
+fn load_beyond_the_slack_and_a_warmer_replica_still_win() {
+    let m = TtftModel::default();
+    let s = sched(Policy::Prefix);
+    for seed in 0..200 {
+        let hashes = new_prompt(seed, 8);
+        // Replica 1 has 12 more in flight (0.75 of load score at the floor of 16): never home.
+        let cands = [view(0, 0, None, 0, &m), view(1, 12, None, 0, &m)];
+        let d = s
+            .decide_with_hashes(&request(), &hashes, &cands, seed)
+            .unwrap();
+        assert_eq!(d.replica, 0);
+        // Replica 1 holds the prompt's first block: it is warmest and stays the choice.
+        let cands = [view(0, 1, None, 0, &m), view(1, 1, None, 1, &m)];
+        let d = s
+            .decide_with_hashes(&request(), &hashes, &cands, seed)
+            .unwrap();
+        assert_eq!(d.replica, 1);
     }
 }

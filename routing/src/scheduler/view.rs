@@ -19,6 +19,9 @@ pub struct EngineLoad {
 #[derive(Debug, Clone)]
 pub struct ReplicaView<'a> {
     pub id: ReplicaId,
+    /// The replica's identity as every router knows it (a hash of its name; `id` is this
+    /// router's own numbering): new prefixes' homes are chosen by it, so that routers agree.
+    pub key: u64,
     /// Requests this router has in flight to the replica.
     pub inflight_requests: u32,
     /// Prompt + max output tokens of those requests.
@@ -36,6 +39,11 @@ pub struct ReplicaView<'a> {
     /// active blocks.
     pub inflight_uncached_tokens: u64,
     pub ttft: &'a TtftModel,
+}
+
+/// A replica's [`ReplicaView::key`] from its name: the same in every router.
+pub fn replica_key(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
 }
 
 /// The request as the scheduler sees it.

@@ -7,6 +7,7 @@ use super::config::Weights;
 use super::predicted::Predictor;
 use super::tiebreak::{Best, TieBreak};
 use super::view::{ReplicaView, RequestView};
+use crate::BlockHash;
 
 /// Below this many in-flight requests the load scorer does not treat a replica as loaded.
 pub const LOAD_FLOOR: f64 = 16.0;
@@ -31,11 +32,7 @@ pub(super) fn stay_warm(
     let Some(p) = candidates.get(pick) else {
         return pick;
     };
-    let most = candidates
-        .iter()
-        .map(|c| c.matched_blocks)
-        .max()
-        .unwrap_or(0);
+    let most = warmest(candidates);
     if p.matched_blocks >= most {
         return pick;
     }
@@ -63,6 +60,15 @@ pub(super) fn stay_warm(
     }
 }
 
+/// The longest prefix any candidate holds, in blocks.
+fn warmest(candidates: &[ReplicaView<'_>]) -> u32 {
+    candidates
+        .iter()
+        .map(|c| c.matched_blocks)
+        .max()
+        .unwrap_or(0)
+}
+
 /// A configured weight as the policies use it: invalid (NaN, negative, infinite) counts as 0.
 pub(super) fn weight(w: f64) -> f64 {
     if w.is_finite() && w > 0.0 {
@@ -72,12 +78,12 @@ pub(super) fn weight(w: f64) -> f64 {
     }
 }
 
-pub(super) fn weighted(
+/// The weighted-sum score of each candidate (higher is better).
+pub(super) fn weighted_scores(
     weights: &Weights,
     request: &RequestView,
     candidates: &[ReplicaView<'_>],
-    rng: &mut TieBreak,
-) -> usize {
+) -> Vec<f64> {
     let (wp, wl, wq, wk) = (
         weight(weights.prefix),
         weight(weights.load),
@@ -100,18 +106,81 @@ pub(super) fn weighted(
     } else {
         0.5
     };
+    candidates
+        .iter()
+        .map(|c| {
+            let prefix = if request.blocks == 0 {
+                0.0
+            } else {
+                (f64::from(c.matched_blocks) / f64::from(request.blocks)).min(1.0)
+            };
+            let load = 1.0 - f64::from(c.inflight_requests) / max_inflight;
+            let queue = 1.0 - c.waiting() / max_waiting;
+            let kv = 1.0 - c.kv_usage().unwrap_or(kv_unknown);
+            wp * prefix + wl * load + wq * queue + wk * kv
+        })
+        .collect()
+}
+
+/// The best score, ties at random.
+pub(super) fn best_score(scores: &[f64], rng: &mut TieBreak) -> usize {
     let mut best = Best::new();
-    for (i, c) in candidates.iter().enumerate() {
-        let prefix = if request.blocks == 0 {
-            0.0
-        } else {
-            (f64::from(c.matched_blocks) / f64::from(request.blocks)).min(1.0)
-        };
-        let load = 1.0 - f64::from(c.inflight_requests) / max_inflight;
-        let queue = 1.0 - c.waiting() / max_waiting;
-        let kv = 1.0 - c.kv_usage().unwrap_or(kv_unknown);
-        let score = wp * prefix + wl * load + wq * queue + wk * kv;
+    for (i, &score) in scores.iter().enumerate() {
         best.offer_min(i, -score, rng);
     }
     best.get().unwrap_or(0)
+}
+
+/// Where the new part of a prompt goes: when the pick is among the warmest candidates, the
+/// candidate among those as warm and scoring within `slack` of the pick that the prompt's
+/// first unmatched block names (highest random weight of that block's hash and the replica's
+/// stable key).
+///
+/// Two things follow. Routers that do not talk to each other agree on a new prefix's home
+/// (their load views differ a little, their hashes not at all), so N routers place a prefix
+/// group as one would, instead of each choosing its own least-loaded replica and duplicating
+/// the group N ways. And requests for a new prefix that arrive before the engine has reported
+/// its blocks follow each other; distinct new prefixes spread evenly over the fleet by their
+/// hashes, so its caches hold as many groups as they can. Load still rules beyond the slack
+/// (and the hot-spot guard after this). Negative or NaN `slack`: the pick stands.
+pub(super) fn new_prefix_home(
+    slack: f64,
+    scores: &[f64],
+    candidates: &[ReplicaView<'_>],
+    hashes: &[BlockHash],
+    pick: usize,
+) -> usize {
+    if slack.is_nan() || slack < 0.0 {
+        return pick;
+    }
+    let (Some(p), Some(&pick_score)) = (candidates.get(pick), scores.get(pick)) else {
+        return pick;
+    };
+    let most = warmest(candidates);
+    if p.matched_blocks < most {
+        return pick;
+    }
+    let Some(&block) = hashes.get(most as usize) else {
+        return pick;
+    };
+    let floor = pick_score - slack;
+    let mut home = (pick, rendezvous(block, p.key));
+    for (i, (c, &score)) in candidates.iter().zip(scores).enumerate() {
+        if c.matched_blocks == most && score >= floor {
+            let weight = rendezvous(block, c.key);
+            if weight > home.1 {
+                home = (i, weight);
+            }
+        }
+    }
+    home.0
+}
+
+/// A block's weight on a replica for highest-random-weight hashing (the SplitMix64 finaliser
+/// of both keys: every replica's weights for a block are independent and uniform).
+fn rendezvous(block: BlockHash, replica: u64) -> u64 {
+    let mut z = block ^ replica.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
