@@ -6,7 +6,10 @@
 # seeded shared-prefix workload through each warmpath policy and the SGLang gateway. Between
 # systems the engines' prefix caches are emptied (POST /reset_prefix_cache, served because the
 # engines run with VLLM_SERVER_DEV_MODE=1) and the router or gateway is restarted, so every
-# system starts cold. Every system runs once per seed (SEEDS, in a seeded shuffled order), at
+# system starts cold. The engines publish their KV events (tcp://*:KV_PORT0+i); the system
+# `warmpath-precise` is the `prefix` policy routing from them, with the model's tokenizer and
+# chat template in the router (its caches are emptied once more after it has subscribed, so
+# that the engines' `AllBlocksCleared` makes its view complete). Every system runs once per seed (SEEDS, in a seeded shuffled order), at
 # the default size (the prefix working set about half the fleet's cache) and where the cache
 # binds (BINDING_GROUPS system prompts, about 1.5× the fleet's cache, Zipf 1 popularity).
 # Results go to bench/results/vllm-cpu-*.json (suite `vllm-cpu`); the report is regenerated
@@ -30,7 +33,8 @@ REQUESTS=${REQUESTS:-200}
 WARMUP=${WARMUP:-30}
 CONCURRENCY=${CONCURRENCY:-4}
 SEEDS=${SEEDS:-"11 12 13 14 15"}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d sglang-cache-aware"}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d sglang-cache-aware"}
+KV_PORT0=${KV_PORT0:-18251}
 # Sized for this fleet in the engine's own tokens: the tiny model's BPE cuts each 4-byte word
 # into about BYTES_PER_TOKEN bytes per token (measured below with /tokenize), so the prefix
 # working set (groups × system prompt) is about half the fleet's 3 × 64 × 128 tokens.
@@ -56,8 +60,9 @@ URLS=()
 for i in $(seq 0 $((ENGINES - 1))); do
   port=$((PORT0 + i))
   URLS+=("http://127.0.0.1:$port")
+  kv_config="{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$((KV_PORT0 + i))\", \"topic\": \"\"}"
   VLLM_SERVER_DEV_MODE=1 bash "$PEERS/vllm-cpu.sh" serve "$VLLM_DIR" "$port" \
-    --num-gpu-blocks-override "$BLOCKS" >"$WORK/vllm-$i.log" 2>&1 &
+    --num-gpu-blocks-override "$BLOCKS" --kv-events-config "$kv_config" >"$WORK/vllm-$i.log" 2>&1 &
   PIDS+=($!)
 done
 for u in "${URLS[@]}"; do
@@ -96,6 +101,11 @@ run_point() { # label seed section groups zipf
   case $label in
     warmpath-*)
       local policy=${label#warmpath-}; policy=${policy//-/_}
+      local kv=""
+      if [ "$policy" = precise ]; then
+        policy=prefix
+        kv="    kv_events: { tokenizer: \"$VLLM_DIR/tiny/tokenizer.json\", chat_template: \"$VLLM_DIR/tiny/tokenizer_config.json\" }"
+      fi
       local cfg="$WORK/router.yaml"
       {
         echo "listen: 127.0.0.1:$FRONT_PORT"
@@ -103,15 +113,26 @@ run_point() { # label seed section groups zipf
         echo "pools:"
         echo "  - name: tiny"
         echo "    models: [tiny]"
+        [ -z "$kv" ] || echo "$kv"
         echo "    replicas:"
         local i=0
-        for u in "${URLS[@]}"; do echo "      - { name: vllm-$i, url: \"$u\" }"; i=$((i + 1)); done
+        for u in "${URLS[@]}"; do
+          echo "      - { name: vllm-$i, url: \"$u\", kv_events_endpoint: \"tcp://127.0.0.1:$((KV_PORT0 + i))\" }"
+          i=$((i + 1))
+        done
         echo "scheduling:"
         echo "  policy: $policy"
       } > "$cfg"
+      [ -z "$kv" ] || cp "$cfg" "$RESULTS/vllm-cpu-router-precise.yaml"
       "$BIN/warmpath-router" --config "$cfg" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 30
+      if [ -n "$kv" ]; then
+        # Subscribed now (ZMQ joins take a moment): the engines' AllBlocksCleared starts the
+        # router's view complete.
+        sleep 2
+        for u in "${URLS[@]}"; do curl -fsS -X POST "$u/reset_prefix_cache" >/dev/null; done
+      fi
       ;;
     sglang-*)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; return 0; }
@@ -128,6 +149,10 @@ run_point() { # label seed section groups zipf
     --oracle-bytes-per-token "$BYTES_PER_TOKEN" "${METRICS[@]}" --out "$RESULTS/vllm-cpu-$section$label-s$seed.json")
   echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands-vllm-cpu.txt"
   "${cmd[@]}"
+  if [ "$label" = warmpath-precise ]; then
+    curl -fsS "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^warmpath_kv_events' \
+      > "$RESULTS/vllm-cpu-${section}metrics-precise-s$seed.txt" || true
+  fi
 }
 
 for seed in $SEEDS; do

@@ -29,7 +29,9 @@
 # REQUESTS, WARMUP, WORKING_SET, ZIPF, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
 # otherwise a release build into target/), NGINX, ports SIM_PORT KV_PORT FRONT_PORT ROUTER_PORT
 # ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record),
-# REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there).
+# REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there),
+# SCHEDULING_EXTRA (a line added under the routers' `scheduling:`, e.g.
+# "placement: { new_prefix_slack: 1.5 }").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -130,6 +132,7 @@ router_yaml() { # precise|approx k
   done
   echo "scheduling:"
   echo "  policy: prefix"
+  [ -z "${SCHEDULING_EXTRA:-}" ] || echo "  $SCHEDULING_EXTRA"
 }
 
 nginx_conf() { # upstream-addresses...

@@ -4,7 +4,7 @@
 use crate::errors::{full_body, ApiError, RespBody};
 use crate::metrics::{Metrics, ReplicaLabels};
 use crate::sources::kubernetes::DiscoveryStatus;
-use crate::state::index::SharedIndex;
+use crate::state::index::{SharedIndex, SharedPrecise};
 use crate::state::publish::TableReader;
 use crate::state::replica::Replicas;
 use crate::state::table::Table;
@@ -20,6 +20,7 @@ pub struct AdminState {
     pub tables: TableReader,
     pub metrics: Arc<Metrics>,
     pub index: SharedIndex,
+    pub precise: SharedPrecise,
     pub replicas: Replicas,
     pub discovery: Arc<DiscoveryStatus>,
 }
@@ -108,7 +109,14 @@ pub(crate) fn readiness(table: &Table, discovery: &DiscoveryStatus) -> Response<
 /// Gauges are sampled when scraped rather than maintained on the request path.
 fn refresh_gauges(state: &AdminState) {
     let m = &state.metrics;
-    let stats = state.index.lock().stats();
+    let (stats, pending) = {
+        let mut index = state.index.lock();
+        (index.stats(), index.pending().blocks())
+    };
+    m.kv_pending_blocks.set(pending as i64);
+    let precise = state.precise.lock().stats();
+    m.kv_index_entries.set(precise.entries as i64);
+    m.kv_index_bytes.set(precise.bytes as i64);
     m.index_bytes.set(stats.bytes as i64);
     m.index_capacity_bytes.set(stats.capacity_bytes as i64);
     m.index_entries.set(stats.entries as i64);

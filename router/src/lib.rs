@@ -153,6 +153,7 @@ pub async fn start_with(
     let bound = (config.listen, config.admin);
 
     let precise = state::index::precise(&config.index);
+    let precise_admin = precise.clone();
     let scrape_metrics = metrics.clone();
     let scrape_precise = precise.clone();
     // A replica's scraper and KV-event follower live and die together.
@@ -203,6 +204,7 @@ pub async fn start_with(
         tables: tables.clone(),
         metrics: metrics.clone(),
         index,
+        precise: precise_admin,
         replicas,
         discovery: discovery.clone(),
     });

@@ -58,6 +58,10 @@ pub struct Metrics {
     pub pd: PdMetrics,
     pub flow: FlowMetrics,
     pub kv_events: Family<KvEventLabels, Counter>,
+    /// The KV-event index's size (entries, estimated bytes) and the pending blocks.
+    pub kv_index_entries: Gauge,
+    pub kv_index_bytes: Gauge,
+    pub kv_pending_blocks: Gauge,
     pub kv_mode: Family<ReplicaLabels, Gauge>,
 }
 
@@ -208,6 +212,24 @@ impl Metrics {
             "How far the router's view of the replica's KV cache is complete: 0 no events, 1 uncertain (missed some; the approximate index helps), 2 fresh",
             kv_mode.clone(),
         );
+        let kv_index_entries = Gauge::default();
+        registry.register(
+            "kv_index_entries",
+            "(replica, engine block) entries in the index fed by KV events",
+            kv_index_entries.clone(),
+        );
+        let kv_index_bytes = Gauge::default();
+        registry.register(
+            "kv_index_bytes",
+            "Estimated memory held by the index fed by KV events",
+            kv_index_bytes.clone(),
+        );
+        let kv_pending_blocks = Gauge::default();
+        registry.register(
+            "kv_pending_blocks",
+            "Blocks of requests routed to event-followed replicas that their engines have not reported yet",
+            kv_pending_blocks.clone(),
+        );
         Self {
             registry,
             requests,
@@ -234,6 +256,9 @@ impl Metrics {
             pd,
             flow,
             kv_events,
+            kv_index_entries,
+            kv_index_bytes,
+            kv_pending_blocks,
             kv_mode,
         }
     }

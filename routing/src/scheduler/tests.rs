@@ -442,6 +442,31 @@ fn no_spill_when_the_whole_fleet_is_backed_up() {
 }
 
 #[test]
+fn no_spill_to_a_replica_that_is_backed_up_itself() {
+    // A saturated fleet whose hot replica waits more than twice as long as another: the other
+    // is still past the bound. Spilling there adds a cold prefill where there is no spare
+    // capacity (and evicts other prefixes); the guard used to do it.
+    let m = trained(0.000_1);
+    let req = prompt(2112, 132);
+    let mut warm = view(0, 8, None, 128, &m);
+    warm.pending_prefill_tokens = 16_000;
+    let mut other = view(1, 5, None, 0, &m);
+    other.pending_prefill_tokens = 6_000;
+    let (hot, busy) = (warm.predicted_wait(), other.predicted_wait());
+    assert!(busy > 0.5 && busy <= hot / 2.0, "{hot} {busy}");
+    for p in BOTH {
+        let d = sched(p)
+            .decide(&req, &[warm.clone(), other.clone()], 1)
+            .unwrap();
+        assert!(!d.spilled, "{p:?}: {d:?}");
+    }
+    let d = sched(Policy::Prefix)
+        .decide(&req, &[warm, other], 1)
+        .unwrap();
+    assert_eq!(d.replica, 0, "{d:?}");
+}
+
+#[test]
 fn load_scorers_do_not_move_a_document_off_its_warm_replica() {
     // Replica 0 holds the 3000-token document and serves six questions on it (KV 75 %
     // used, three waiting); replica 1 is idle and cold. The load, queue and KV scorers
