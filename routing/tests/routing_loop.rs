@@ -7,7 +7,7 @@ use warmpath_routing::index::{ApproxIndex, IndexLimits, PrefixIndex};
 use warmpath_routing::predict::TtftModel;
 use warmpath_routing::prompt::{estimate_tokens, BlockHasher};
 use warmpath_routing::scheduler::{
-    Decision, Policy, ReplicaView, RequestView, Scheduler, SchedulerConfig,
+    Decision, HotspotGuard, Policy, ReplicaView, RequestView, Scheduler, SchedulerConfig,
 };
 use warmpath_routing::ReplicaId;
 
@@ -30,8 +30,13 @@ impl Router {
             index: ApproxIndex::new(IndexLimits {
                 max_bytes_per_replica: 4 << 20,
             }),
+            // The hot-spot guard on (it is off by default): the heavy-load test is about it.
             scheduler: Scheduler::new(SchedulerConfig {
                 policy,
+                hotspot: HotspotGuard {
+                    max_wait_s: 0.5,
+                    spill_factor: 2.0,
+                },
                 ..SchedulerConfig::default()
             }),
             models: (0..replicas).map(|_| TtftModel::default()).collect(),

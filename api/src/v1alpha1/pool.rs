@@ -116,6 +116,21 @@ pub struct KvEventsSpec {
     #[serde(default = "default_block_size")]
     #[schemars(range(min = 1, max = 4096))]
     pub block_size: u32,
+    /// Port of each engine's replay socket (vLLM `replay_endpoint`), from which a router that
+    /// missed messages fetches them again; absent: missed messages make the view uncertain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub replay_port: Option<i32>,
+    /// The model's `tokenizer.json`, a path in the router's filesystem (mount it from a
+    /// ConfigMap, a volume or the image: the chart's `router.extraVolumes`); absent: the
+    /// byte-level approximation, which matches only `warmpath-sim` without `--tokenizer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub tokenizer: Option<String>,
+    /// The chat template (a Jinja file or a `tokenizer_config.json`), likewise a path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub chat_template: Option<String>,
 }
 
 fn default_block_size() -> u32 {

@@ -69,7 +69,13 @@ impl Default for Weights {
     }
 }
 
-/// Hot-spot guard settings.
+/// Hot-spot guard settings. Off by default (`max_wait_s: inf`): the `prefix` policy's
+/// stickiness rule and the `predicted_ttft` cost already leave a warm replica when waiting
+/// there costs more than the prefill a move repeats, and in every measured case where the
+/// guard fired on top of them it cost hit rate and throughput (a saturated fleet whose caches
+/// bind, `bench/results-replicas/probes/guard-off-s11`: one router 0.645 → 0.735 hit rate,
+/// 37.8 → 47.7 req/s; slow prefill, `bench/results-diagnosis/`: 18.8 → 26-34 req/s). Set
+/// `max_wait_s` to spill a prefix whose replica's predicted wait passes it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HotspotGuard {
@@ -84,7 +90,7 @@ pub struct HotspotGuard {
 impl Default for HotspotGuard {
     fn default() -> Self {
         Self {
-            max_wait_s: 0.5,
+            max_wait_s: f64::INFINITY,
             spill_factor: 2.0,
         }
     }

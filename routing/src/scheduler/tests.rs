@@ -4,11 +4,27 @@
 use super::*;
 use crate::predict::{TtftModel, TtftPrior};
 
+/// A scheduler with the hot-spot guard on (0.5 s, factor 2), as these tests were written for.
 fn sched(policy: Policy) -> Scheduler {
     Scheduler::new(SchedulerConfig {
         policy,
+        hotspot: HotspotGuard {
+            max_wait_s: 0.5,
+            spill_factor: 2.0,
+        },
         ..SchedulerConfig::default()
     })
+}
+
+#[test]
+fn the_guard_is_off_by_default() {
+    let m = TtftModel::default();
+    let [warm, idle] = hot_fleet(&m);
+    let req = prompt(32_768, 2048);
+    let d = Scheduler::new(SchedulerConfig::default())
+        .decide(&req, &[warm, idle], 1)
+        .unwrap();
+    assert!(!d.spilled, "{d:?}");
 }
 
 fn view(

@@ -147,7 +147,10 @@ pub fn discovered<'a>(
                 let kv_events = spec.and_then(|s| s.kv_events.as_ref()).map(|kv| {
                     crate::config::KvEventsConfig {
                         endpoint: Some(format!("tcp://{{host}}:{}", kv.port)),
+                        replay_endpoint: kv.replay_port.map(|p| format!("tcp://{{host}}:{p}")),
                         topic: kv.topic.clone(),
+                        tokenizer: kv.tokenizer.as_ref().map(Into::into),
+                        chat_template: kv.chat_template.as_ref().map(Into::into),
                         ..Default::default()
                     }
                 });
