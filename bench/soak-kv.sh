@@ -104,7 +104,7 @@ sampler() {
       "$(grep -E '^warmpath_kv_events_total\{kind="removed"\}' "$WORK/metrics.txt" | awk '{ print $2 }' || echo 0)" \
       "$(grep -E '^warmpath_kv_events_total\{kind="restart"\}' "$WORK/metrics.txt" | awk '{ print $2 }' || echo 0)" \
       "$(grep -c '^warmpath_kv_events_mode{' "$WORK/metrics.txt" || true)" \
-      "$(grep -E '^warmpath_requests_total\{.*code="200"' "$WORK/metrics.txt" | awk '{ s += $2 } END { printf "%d", s }')" \
+      "$(grep -E '^warmpath_requests_total\{.*status="200"' "$WORK/metrics.txt" | awk '{ s += $2 } END { printf "%d", s }')" \
       >> "$RESULTS/samples.tsv"
     sleep "$SAMPLE_S"
   done

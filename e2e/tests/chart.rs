@@ -89,6 +89,21 @@ fn matrix(ns: &str) -> Vec<Case> {
             ]),
         },
         Case {
+            name: "tokenizer-volume",
+            args: s(&[
+                "--set",
+                "router.extraVolumes[0].name=tokenizer",
+                "--set",
+                "router.extraVolumes[0].configMap.name=tiny-tokenizer",
+                "--set",
+                "router.extraVolumeMounts[0].name=tokenizer",
+                "--set",
+                "router.extraVolumeMounts[0].mountPath=/etc/warmpath/tokenizers/tiny",
+                "--set",
+                "router.extraVolumeMounts[0].readOnly=true",
+            ]),
+        },
+        Case {
             name: "namespaced-rbac",
             args: vec![
                 "--set".into(),
@@ -310,6 +325,30 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .find("Deployment", controller)
                 .expect("controller Deployment");
             assert_eq!(int_at(c, &["spec", "replicas"]), Some(3));
+        }
+        "tokenizer-volume" => {
+            // A model's tokenizer mounted for routing from KV events (InferencePool
+            // `kvEvents.tokenizer` names the path).
+            let d = out.find("Deployment", router).expect("router Deployment");
+            let pod = &d["spec"]["template"]["spec"];
+            let volumes = pod["volumes"].as_sequence().expect("volumes");
+            assert!(
+                volumes
+                    .iter()
+                    .any(|v| v["name"].as_str() == Some("tokenizer")
+                        && v["configMap"]["name"].as_str() == Some("tiny-tokenizer")),
+                "{volumes:?}"
+            );
+            let mounts = pod["containers"][0]["volumeMounts"]
+                .as_sequence()
+                .expect("mounts");
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| m["name"].as_str() == Some("tokenizer")
+                        && m["mountPath"].as_str() == Some("/etc/warmpath/tokenizers/tiny")),
+                "{mounts:?}"
+            );
         }
         "sidecar" => {
             assert!(

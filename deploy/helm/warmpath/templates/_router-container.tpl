@@ -61,6 +61,9 @@
       readOnly: true
     - name: warmpath-tmp
       mountPath: /tmp
+    {{- with .Values.router.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}
 
 {{/* The P/D sidecar container (router.sidecar.pd.enabled): prefill elsewhere, decode here. */}}

@@ -310,4 +310,37 @@ mod tests {
         assert_eq!(d.pools[0].metrics_port, Some(9100));
         assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
     }
+
+    /// A pool's `kvEvents` become the router's KV-event settings: the engines' ports as
+    /// endpoint templates, and the tokenizer and chat template paths.
+    #[test]
+    fn a_pools_kv_events_settings_reach_the_router() {
+        let mut p = pool("ml", "llama", &["llama"]);
+        p.spec.kv_events = serde_json::from_value(serde_json::json!({
+            "port": 5557, "replayPort": 5558, "topic": "kv",
+            "tokenizer": "/etc/warmpath/tokenizers/llama/tokenizer.json",
+            "chatTemplate": "/etc/warmpath/tokenizers/llama/tokenizer_config.json",
+        }))
+        .unwrap();
+        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")]);
+        let kv = d.pools[0].kv_events.as_ref().expect("kv_events");
+        assert_eq!(kv.endpoint.as_deref(), Some("tcp://{host}:5557"));
+        assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://{host}:5558"));
+        assert_eq!(kv.topic, "kv");
+        assert_eq!(
+            kv.tokenizer.as_deref(),
+            Some(std::path::Path::new(
+                "/etc/warmpath/tokenizers/llama/tokenizer.json"
+            ))
+        );
+        assert!(kv.chat_template.is_some());
+        assert_eq!(
+            kv.endpoint_for("10.0.0.7", None).as_deref(),
+            Some("tcp://10.0.0.7:5557")
+        );
+        assert_eq!(
+            kv.replay_for("10.0.0.7", None).as_deref(),
+            Some("tcp://10.0.0.7:5558")
+        );
+    }
 }
