@@ -21,6 +21,7 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub index: SharedIndex,
     pub precise: SharedPrecise,
+    pub sessions: Arc<crate::sessions::Sessions>,
     pub replicas: Replicas,
     pub discovery: Arc<DiscoveryStatus>,
 }
@@ -114,6 +115,7 @@ fn refresh_gauges(state: &AdminState) {
         (index.stats(), index.pending().blocks())
     };
     m.kv_pending_blocks.set(pending as i64);
+    m.sessions.set(state.sessions.map.lock().len() as i64);
     let precise = state.precise.lock().stats();
     m.kv_index_entries.set(precise.entries as i64);
     m.kv_index_bytes.set(precise.bytes as i64);

@@ -281,4 +281,6 @@ pub enum StartError {
     },
     #[error("flow control: {0}")]
     Flow(#[from] warmpath_flow::ConfigError),
+    #[error("sessions.key_file: {0}")]
+    SessionKey(std::io::Error),
 }

@@ -20,6 +20,7 @@ pub mod flow;
 pub mod metrics;
 pub mod request;
 pub mod server;
+pub mod sessions;
 pub mod sidecar;
 pub mod sources;
 pub mod state;
@@ -154,6 +155,9 @@ pub async fn start_with(
 
     let precise = state::index::precise(&config.index);
     let precise_admin = precise.clone();
+    let sessions = Arc::new(
+        sessions::Sessions::from_config(&config.sessions).map_err(StartError::SessionKey)?,
+    );
     let scrape_metrics = metrics.clone();
     let scrape_precise = precise.clone();
     // A replica's scraper and KV-event follower live and die together.
@@ -197,6 +201,7 @@ pub async fn start_with(
         metrics: metrics.clone(),
         index: index.clone(),
         precise,
+        sessions: sessions.clone(),
         discovery: discovery.clone(),
         admission,
     });
@@ -205,6 +210,7 @@ pub async fn start_with(
         metrics: metrics.clone(),
         index,
         precise: precise_admin,
+        sessions: sessions.clone(),
         replicas,
         discovery: discovery.clone(),
     });

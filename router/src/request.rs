@@ -35,6 +35,8 @@ pub struct RequestFeatures {
     /// vLLM's `cache_salt`: the engine folds it into the first block's hash, so only requests
     /// with the same salt share cached blocks.
     pub cache_salt: Option<String>,
+    /// The session the request belongs to (from its headers, set by the parse layer).
+    pub session: crate::sessions::SessionRef,
 }
 
 /// A model's tokenizer with the cache of its prompts' shared prefixes (a long system prompt is
@@ -142,6 +144,7 @@ pub fn parse(
         prompt,
         tokens,
         cache_salt,
+        session: Default::default(),
     })
 }
 

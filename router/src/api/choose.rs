@@ -6,7 +6,8 @@
 
 use super::{Attempt, AttemptError, Chosen};
 use crate::errors::{ApiError, RespBody};
-use crate::metrics::{Metrics, ReasonLabels};
+use crate::metrics::{Metrics, ReasonLabels, ResultLabels};
+use crate::sessions::{Affinity, Seen, Sessions, TokenKey};
 use crate::state::index::{PendingGuard, SharedIndex, SharedPrecise};
 use crate::state::replica::{InflightGuard, KvMode, PrefillGuard};
 use crate::state::table::{Candidate, Table};
@@ -44,6 +45,8 @@ pub struct Routed {
     pub pending: Option<PendingGuard>,
     /// Prompt tokens the chosen replica's engine holds, by its KV events (`None` without).
     pub cached_tokens: Option<u32>,
+    /// The session token to answer with, and what became of the session's affinity.
+    pub session: Option<(String, Affinity)>,
 }
 
 /// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection).
@@ -57,11 +60,20 @@ pub fn choose(
     let all = table
         .candidates(&features.model)
         .ok_or_else(|| ApiError::unknown_model(&features.model))?;
-    choose_among(index, table, all, features, exclude, seed)
+    choose_among(
+        index,
+        table,
+        all,
+        features,
+        exclude,
+        seed,
+        Some(&index.sessions),
+    )
 }
 
 /// Pick one of `all` for `features` (the serving candidates, or the prefill candidates of a
-/// split), skipping `exclude`, and record the choice in the index.
+/// split), skipping `exclude`, and record the choice in the index; with `sessions`, the
+/// request's session goes back to its home replica when affinity allows.
 pub fn choose_among(
     indexes: &Indexes,
     table: &Table,
@@ -69,6 +81,7 @@ pub fn choose_among(
     features: &crate::request::RequestFeatures,
     exclude: &[ReplicaId],
     seed: u64,
+    sessions: Option<&Sessions>,
 ) -> Result<Routed, ApiError> {
     let now = Instant::now();
     let ready: Vec<&Candidate> = all
@@ -105,7 +118,7 @@ pub fn choose_among(
             request.blocks,
         )
     });
-    let (decision, queued_ahead, prefill_tokens, pending) = {
+    let (decision, queued_ahead, prefill_tokens, pending, affinity) = {
         let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
         if let Some(precise) = &precise {
@@ -137,10 +150,41 @@ pub fn choose_among(
             })
             .collect();
         // Candidates of several pools are scored by the first's weights.
-        let decision = table
+        let mut decision = table
             .scheduler_for(&ready[0].pool)
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
+        let sessions = sessions.filter(|_| features.session.is_some());
+        let affinity = sessions.map(|s| {
+            let home = s
+                .home(&features.session, now)
+                .map(|name| ready.iter().position(|c| c.replica.name == name));
+            let seen = |v: &ReplicaView<'_>| Seen {
+                matched: v.matched_blocks,
+                queued_ahead: v.queued_ahead(),
+            };
+            let (go_home, result) = crate::sessions::affinity(
+                home.map(|h| h.map(|i| seen(&views[i]))),
+                home == Some(Some(decision.index)),
+                seen(&views[decision.index]),
+                table.config.sessions.max_extra_queue,
+            );
+            if let (true, Some(Some(i))) = (go_home, home) {
+                let v = &views[i];
+                decision = Decision {
+                    index: i,
+                    replica: v.id,
+                    matched_blocks: v.matched_blocks,
+                    predicted_ttft_s: v.ttft.predict(
+                        v.prefill_tokens(request.uncached_tokens(v.matched_blocks)),
+                        v.queued_ahead(),
+                    ),
+                    spilled: false,
+                    reason: "session",
+                };
+            }
+            result
+        });
         // The index forgets about when the engine does: no more blocks than its KV cache holds.
         let capacity = ready[decision.index]
             .replica
@@ -156,9 +200,18 @@ pub fn choose_among(
         let chosen = &views[decision.index];
         let prefill_tokens =
             chosen.prefill_tokens(request.uncached_tokens(decision.matched_blocks));
-        (decision, chosen.queued_ahead(), prefill_tokens, pending)
+        (
+            decision,
+            chosen.queued_ahead(),
+            prefill_tokens,
+            pending,
+            affinity,
+        )
     };
     let candidate = ready[decision.index].clone();
+    let session = sessions
+        .zip(affinity)
+        .map(|(s, a)| (s.record(&features.session, &candidate.replica.name, now), a));
     let cached_tokens = precise
         .as_ref()
         .map(|p| p[decision.index])
@@ -185,6 +238,7 @@ pub fn choose_among(
         prefill,
         pending,
         cached_tokens,
+        session,
     })
 }
 
@@ -279,6 +333,8 @@ pub struct ChooseLayer {
 pub struct Indexes {
     pub approx: SharedIndex,
     pub precise: SharedPrecise,
+    /// Where sessions live (not an index of blocks, but read and written with them).
+    pub sessions: Arc<Sessions>,
 }
 
 pub(super) struct ChooseState {
@@ -299,6 +355,7 @@ impl ChooseLayer {
             Indexes {
                 approx: index,
                 precise: crate::state::index::precise(&Default::default()),
+                sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
             },
             metrics,
         )
@@ -387,6 +444,13 @@ where
             .inc_by(features.prompt.hashes.len() as u64);
         m.prefix_blocks_matched
             .inc_by(routed.decision.matched_blocks as u64);
+        if let Some((_, affinity)) = &routed.session {
+            m.session_affinity
+                .get_or_create(&ResultLabels {
+                    result: affinity.label(),
+                })
+                .inc();
+        }
         Either::Right(self.inner.call(Chosen {
             request: attempt.request,
             routed,

@@ -194,6 +194,14 @@ fn respond(
             headers.insert(REPLICA_HEADER, v);
         }
     }
+    if let Some((token, _)) = &routed.session {
+        if let (Ok(name), Ok(v)) = (
+            http::HeaderName::from_bytes(config.sessions.token_header.as_bytes()),
+            HeaderValue::from_str(token),
+        ) {
+            headers.insert(name, v);
+        }
+    }
     if config.response_headers.decision {
         let d = &routed.decision;
         let text = format!(

@@ -176,6 +176,7 @@ pub struct StackParts {
     pub metrics: Arc<Metrics>,
     pub index: SharedIndex,
     pub precise: crate::state::index::SharedPrecise,
+    pub sessions: Arc<crate::sessions::Sessions>,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
 }
@@ -199,6 +200,7 @@ where
         choose::Indexes {
             approx: parts.index.clone(),
             precise: parts.precise.clone(),
+            sessions: parts.sessions.clone(),
         },
         parts.metrics.clone(),
     );

@@ -55,10 +55,11 @@ where
             let p = table.precise(model)?;
             (read.body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
         });
-        let features = match parsed {
+        let mut features = match parsed {
             Ok(f) => f,
             Err(e) => return Either::Right(ready(Err(Rejection::before_parse(e)))),
         };
+        features.session = session_of(&read.head.headers, &table.config.sessions, &features);
         if !table.serves(&features.model) {
             let error = ApiError::unknown_model(&features.model);
             let model = model_label(&table, &features.model);
@@ -69,6 +70,37 @@ where
             inner: self.inner.call(Parsed { read, features }),
             model,
         })
+    }
+}
+
+/// What the request says about its session: the first configured session header present, else
+/// (when configured) its `user` field; and the token it echoed.
+fn session_of(
+    headers: &http::HeaderMap,
+    config: &crate::config::SessionsConfig,
+    features: &crate::request::RequestFeatures,
+) -> crate::sessions::SessionRef {
+    if !config.enabled {
+        return Default::default();
+    }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= 256)
+            .map(str::to_owned)
+    };
+    let id = config.headers.iter().find_map(|h| text(h)).or_else(|| {
+        config
+            .user_field
+            .then(|| features.user.clone())
+            .flatten()
+            .filter(|u| !u.is_empty() && u.len() <= 256)
+    });
+    crate::sessions::SessionRef {
+        id,
+        token: text(&config.token_header),
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod kv_events;
 mod locate;
+mod sessions;
 mod tenants;
 
 use crate::errors::ConfigError;
@@ -26,6 +27,7 @@ use warmpath_routing::scheduler::SchedulerConfig;
 
 pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
+pub use sessions::SessionsConfig;
 pub use tenants::{
     is_token, Fairness, FlowConfig, SaturationConfig, TenantPolicyConfig, TenantsConfig,
 };
@@ -68,6 +70,9 @@ pub struct Config {
     /// Per-tenant queueing when a pool is saturated.
     #[serde(default)]
     pub flow: FlowConfig,
+    /// Session affinity for conversations and agents.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -602,6 +607,7 @@ impl Config {
             ));
         }
         self.tenants.validate(root.key("tenants"))?;
+        self.sessions.validate(root.key("sessions"))?;
         self.flow.validate(root.key("flow"))?;
         let h = &self.health;
         if h.eject_base_ms == 0 || h.eject_max_ms < h.eject_base_ms {

@@ -62,6 +62,9 @@ pub struct Metrics {
     pub kv_index_entries: Gauge,
     pub kv_index_bytes: Gauge,
     pub kv_pending_blocks: Gauge,
+    /// Sessions in the server-side map; what became of sessions' affinity.
+    pub sessions: Gauge,
+    pub session_affinity: Family<ResultLabels, Counter>,
     pub kv_mode: Family<ReplicaLabels, Gauge>,
 }
 
@@ -230,6 +233,18 @@ impl Metrics {
             "Blocks of requests routed to event-followed replicas that their engines have not reported yet",
             kv_pending_blocks.clone(),
         );
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "Sessions remembered server-side (by session id)",
+            sessions.clone(),
+        );
+        let session_affinity = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "session_affinity",
+            "Requests of a session by what became of its affinity: new (no home yet), kept, moved_unavailable, moved_prefix, moved_overload",
+            session_affinity.clone(),
+        );
         Self {
             registry,
             requests,
@@ -259,6 +274,8 @@ impl Metrics {
             kv_index_entries,
             kv_index_bytes,
             kv_pending_blocks,
+            sessions,
+            session_affinity,
             kv_mode,
         }
     }

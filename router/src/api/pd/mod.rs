@@ -173,6 +173,7 @@ impl Split {
                 request.features(),
                 &exclude,
                 self.choose.next_seed(),
+                None,
             ) {
                 Ok(leg) => leg,
                 Err(_) => break,
@@ -252,6 +253,7 @@ impl Split {
             request.features(),
             &[],
             self.choose.next_seed(),
+            None,
         )
         .map_err(AttemptError::NoReplica)?;
         Ok(Chosen {
