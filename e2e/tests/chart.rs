@@ -233,6 +233,26 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
         "defaults" | "monitoring-off" => {
             let d = out.find("Deployment", router).expect("router Deployment");
             assert_eq!(int_at(d, &["spec", "replicas"]), Some(2));
+            // The router replicas share a session key (tokens signed by one are honoured by
+            // the others): a Secret of the chart's, mounted where the config points.
+            let key = out
+                .find("Secret", "wp-warmpath-router-session-key")
+                .expect("session key Secret");
+            assert!(key["data"]["key"].as_str().is_some_and(|k| k.len() >= 24));
+            let volumes = d["spec"]["template"]["spec"]["volumes"]
+                .as_sequence()
+                .expect("volumes");
+            assert!(volumes
+                .iter()
+                .any(|v| v["secret"]["secretName"].as_str()
+                    == Some("wp-warmpath-router-session-key")));
+            let cm = out.find("ConfigMap", router).expect("router ConfigMap");
+            assert!(
+                cm["data"]["router.yaml"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("key_file: /var/run/warmpath/session-key/key")),
+                "{cm:?}"
+            );
             // The router reads pools and replicas from the cluster by default.
             let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
             assert!(

@@ -18,8 +18,9 @@ pub struct SessionsConfig {
     /// The header that carries the signed session token: set on answers, echoed by clients
     /// (llm-d's name).
     pub token_header: String,
-    /// File holding the key tokens are signed with. Give every router replica the same key
-    /// (a Secret) so that each honours the others' tokens; absent: a random key per process.
+    /// File holding the key tokens are signed with (at least 16 bytes; read once, at start).
+    /// Give every router replica the same key (a Secret: the chart makes one) so that each
+    /// honours the others' tokens; absent: a random key per process.
     pub key_file: Option<PathBuf>,
     /// Sessions remembered server-side (for clients that cannot echo the token); the least
     /// recently seen are forgotten past it.
@@ -64,15 +65,6 @@ impl SessionsConfig {
         }
         if self.idle_ttl_s == 0 {
             return Err((at.key("idle_ttl_s"), "must be at least 1".into()));
-        }
-        if let Some(p) = &self.key_file {
-            match std::fs::read(p) {
-                Ok(k) if k.trim_ascii().len() >= 16 => {}
-                Ok(_) => {
-                    return Err((at.key("key_file"), "the key needs at least 16 bytes".into()))
-                }
-                Err(e) => return Err((at.key("key_file"), format!("{}: {e}", p.display()))),
-            }
         }
         Ok(())
     }

@@ -85,7 +85,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%v" .Values.router.ports.http) }}
 {{- $_ := set $cfg "admin" (printf "0.0.0.0:%v" .Values.router.ports.admin) }}
 {{- if not (hasKey $cfg "pools") }}{{ $_ := set $cfg "pools" (list) }}{{ end }}
+{{- if eq .Values.router.mode "deployment" }}
+{{- $sessions := deepCopy (default (dict) (get $cfg "sessions")) }}
+{{- if not (hasKey $sessions "key_file") }}{{ $_ := set $sessions "key_file" "/var/run/warmpath/session-key/key" }}{{ end }}
+{{- $_ := set $cfg "sessions" $sessions }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The Secret holding the router replicas' shared session key. */}}
+{{- define "warmpath.router.sessionKeySecret" -}}
+{{- .Values.router.sessions.keySecret | default (printf "%s-session-key" (include "warmpath.router.fullname" .) | trunc 63 | trimSuffix "-") }}
 {{- end }}
 
 {{/* Namespaces the binaries watch, comma-separated (empty: all). */}}

@@ -61,6 +61,11 @@
       readOnly: true
     - name: warmpath-tmp
       mountPath: /tmp
+    {{- if eq .Values.router.mode "deployment" }}
+    - name: warmpath-session-key
+      mountPath: /var/run/warmpath/session-key
+      readOnly: true
+    {{- end }}
     {{- with .Values.router.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
