@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -120,6 +120,20 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
     let (port, admin_port) = (free_port(), free_port());
     config["listen"] = format!("127.0.0.1:{port}").into();
     config["admin"] = format!("127.0.0.1:{admin_port}").into();
+    // The session key Secret the chart made, where the pod would mount it.
+    assert_eq!(
+        config["sessions"]["key_file"].as_str(),
+        Some("/var/run/warmpath/session-key/key")
+    );
+    let key = Api::<Secret>::namespaced(admin.clone(), &n)
+        .get("wp-warmpath-router-session-key")
+        .await
+        .expect("the chart's session key Secret");
+    let key = key.data.expect("data")["key"].0.clone();
+    assert!(key.len() >= 16);
+    let key_path = scratch.join("session-key");
+    std::fs::write(&key_path, key).unwrap();
+    config["sessions"]["key_file"] = key_path.display().to_string().into();
     let config_path = scratch.join("router.yaml");
     std::fs::write(&config_path, serde_yaml::to_string(&config).unwrap()).unwrap();
     let (args, mut env) = container_of(&deployments.get(ROUTER).await.unwrap(), "router-pod-0", &n);
