@@ -39,6 +39,24 @@ pub struct Target {
     pub timeout: Duration,
 }
 
+impl Target {
+    /// A target at `url` (`http://host:port`, a trailing slash dropped); `None` for anything
+    /// else.
+    pub fn new(url: &str, model: &str, ignore_eos: bool, timeout: Duration) -> Option<Self> {
+        let base_url = url.trim_end_matches('/').to_owned();
+        base_url
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some())?;
+        Some(Self {
+            base_url,
+            model: model.to_owned(),
+            ignore_eos,
+            timeout,
+        })
+    }
+}
+
 /// Why a request failed; the keys of `errors_by_kind` in results.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorKind {

@@ -135,18 +135,11 @@ pub async fn command(args: FairnessArgs) -> Result<()> {
     if args.duration.is_zero() {
         bail!("--duration must be longer than zero");
     }
-    let base_url = args.url.trim_end_matches('/').to_owned();
-    base_url
-        .parse::<http::Uri>()
-        .ok()
-        .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some())
-        .with_context(|| format!("--url {base_url:?} is not an http://host:port URL"))?;
-    let target = Arc::new(Target {
-        base_url: base_url.clone(),
-        model: args.model.clone(),
-        ignore_eos: !args.no_ignore_eos,
-        timeout: args.timeout,
-    });
+    let target = Arc::new(
+        Target::new(&args.url, &args.model, !args.no_ignore_eos, args.timeout)
+            .with_context(|| format!("--url {:?} is not an http://host:port URL", args.url))?,
+    );
+    let base_url = target.base_url.clone();
     let idle: usize = args
         .tenants
         .iter()
