@@ -118,6 +118,13 @@ pub fn choose_among(
             request.blocks,
         )
     });
+    // The session's home (its token checked, its map entry read) before the index lock: the
+    // lock is held by every choice, this work need not be.
+    let sessions = sessions.filter(|_| features.session.is_some());
+    let session_home = sessions.map(|s| {
+        s.home(&features.session, now)
+            .map(|name| ready.iter().position(|c| c.replica.name == name))
+    });
     let (decision, queued_ahead, prefill_tokens, pending, affinity) = {
         let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
@@ -154,11 +161,7 @@ pub fn choose_among(
             .scheduler_for(&ready[0].pool)
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
-        let sessions = sessions.filter(|_| features.session.is_some());
-        let affinity = sessions.map(|s| {
-            let home = s
-                .home(&features.session, now)
-                .map(|name| ready.iter().position(|c| c.replica.name == name));
+        let affinity = session_home.map(|home| {
             let seen = |v: &ReplicaView<'_>| Seen {
                 matched: v.matched_blocks,
                 queued_ahead: v.queued_ahead(),
