@@ -12,8 +12,18 @@
 #   sglang-1, sglang-N     the SGLang gateway, cache_aware with the tuned balance thresholds
 #                          (bench/results/sglang-tuned-args), 1 or ROUTERS gateways
 #   nginx-rr               nginx round-robin straight over the engines (no router: the floor)
-# on the shared-prefix workload sized so that its distinct prefixes are WORKING_SET × the fleet's
-# KV cache, Zipf(ZIPF) popularity (compare.sh's "binding" section), closed loop at CONCURRENCY,
+# and, when named in SYSTEMS (bench/sessions.sh names them, for issue 15):
+#   sessions-1, sessions-N warmpath `prefix` with the approximate index and session affinity, the
+#                          client echoing each session's `x-session-token`
+#   sessionmap-N           the same without the echo: each router's own session map only
+#   predicted-1, -N        warmpath `predicted_ttft`, approximate index
+#   sglang-key-1, -N       the SGLang gateway's `manual` policy: a session's routing key
+#                          (`x-smg-routing-key`) sticks to one worker (`--assignment-mode min_load`)
+# Warmpath's systems other than sessions-* and sessionmap-* run with session affinity off, so
+# that they route by prefix (and load) alone.
+# on the shared-prefix workload (or WORKLOAD with WORKLOAD_ARGS) sized so that its distinct
+# prefixes are WORKING_SET × the fleet's KV cache, Zipf(ZIPF) popularity (compare.sh's "binding"
+# section), closed loop at CONCURRENCY,
 # REQUESTS per run with the first WARMUP left out of latency and throughput (the hit rate is the
 # engines' own, over the whole run, as compare.sh reads it). SEEDS seeds, the systems in a
 # seeded shuffled order per seed, and the fleet and every router, gateway and nginx restarted
@@ -26,12 +36,14 @@
 # present). About 15 minutes on two cores with the defaults.
 #
 # Knobs (environment): SEEDS, SYSTEMS, ROUTERS, REPLICAS, KV_BLOCKS, PREFILL_US, CONCURRENCY,
-# REQUESTS, WARMUP, WORKING_SET, ZIPF, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
+# REQUESTS, WARMUP, WORKING_SET, ZIPF, WORKLOAD, WORKLOAD_ARGS (the bench's workload flags; default
+# "--zipf $ZIPF"), REPORT_TITLE, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
 # otherwise a release build into target/), NGINX, ports SIM_PORT KV_PORT FRONT_PORT ROUTER_PORT
 # ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record),
 # REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there),
 # SCHEDULING_EXTRA (a line added under the routers' `scheduling:`, e.g.
-# "placement: { new_prefix_slack: 1.5 }").
+# "placement: { new_prefix_slack: 1.5 }"), SESSIONS_EXTRA (added to the sessions-* routers'
+# `sessions:` map, e.g. "max_extra_queue: 2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +60,9 @@ REQUESTS=${REQUESTS:-800}
 WARMUP=${WARMUP:-150}
 WORKING_SET=${WORKING_SET:-1.5}
 ZIPF=${ZIPF:-1.0}
+WORKLOAD=${WORKLOAD:-shared-prefix}
+WORKLOAD_ARGS=${WORKLOAD_ARGS:-"--zipf $ZIPF"}
+REPORT_TITLE=${REPORT_TITLE:-"Router replicas: hit rate with 1 and $ROUTERS routers, precise against approximate (issue 14)"}
 SIM_PORT=${SIM_PORT:-18701}
 KV_PORT=${KV_PORT:-18751}
 FRONT_PORT=${FRONT_PORT:-18780}
@@ -77,7 +92,7 @@ started=$SECONDS
 note_cmd() { echo "$*" | sed "s#$BIN/##g; s#$WORK#\$WORK#g" >> "$RESULTS/commands.txt"; }
 {
   echo "# bench/replicas.sh, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-  echo "# SEEDS=\"$SEEDS\" SYSTEMS=\"$SYSTEMS\" ROUTERS=$ROUTERS REPLICAS=$REPLICAS KV_BLOCKS=$KV_BLOCKS PREFILL_US=$PREFILL_US CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS WARMUP=$WARMUP WORKING_SET=$WORKING_SET ZIPF=$ZIPF SGLANG_ARGS=\"$SGLANG_ARGS\" bash bench/replicas.sh"
+  echo "# SEEDS=\"$SEEDS\" SYSTEMS=\"$SYSTEMS\" ROUTERS=$ROUTERS REPLICAS=$REPLICAS KV_BLOCKS=$KV_BLOCKS PREFILL_US=$PREFILL_US CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS WARMUP=$WARMUP WORKING_SET=$WORKING_SET ZIPF=$ZIPF WORKLOAD=$WORKLOAD WORKLOAD_ARGS=\"$WORKLOAD_ARGS\" SGLANG_ARGS=\"$SGLANG_ARGS\" bash bench/replicas.sh"
   [ -n "${BINARIES_FROM:-}" ] && echo "# binaries (BIN_DIR=$BIN_DIR): $BINARIES_FROM"
   echo "# every run: the fleet, then its front (routers or gateways, then nginx), then the load"
 } > "$RESULTS/commands.txt"
@@ -114,7 +129,7 @@ start_sim() {
   for i in $(seq 0 $((REPLICAS - 1))); do wait_http "$(engine_url "$i")/health" 30; done
 }
 
-router_yaml() { # precise|approx k
+router_yaml() { # precise|approx|sessions|sessionmap|predicted k
   echo "listen: 127.0.0.1:$((ROUTER_PORT + $2))"
   echo "admin: 127.0.0.1:$((ADMIN_PORT + $2))"
   echo "pools:"
@@ -130,8 +145,13 @@ router_yaml() { # precise|approx k
       echo "      - { name: sim-$i, url: \"$(engine_url "$i")\" }"
     fi
   done
+  # Routers that honour each other's session tokens share the key (the chart mounts one Secret).
+  case $1 in
+    sessions|sessionmap) echo "sessions: { key_file: \"$WORK/session-key\"${SESSIONS_EXTRA:+, $SESSIONS_EXTRA} }" ;;
+    *) echo "sessions: { enabled: false }" ;;
+  esac
   echo "scheduling:"
-  echo "  policy: prefix"
+  if [ "$1" = predicted ]; then echo "  policy: predicted_ttft"; else echo "  policy: prefix"; fi
   [ -z "${SCHEDULING_EXTRA:-}" ] || echo "  $SCHEDULING_EXTRA"
 }
 
@@ -197,7 +217,7 @@ start_front() { # system seed
       local i
       for i in $(seq 0 $((REPLICAS - 1))); do upstream+=("127.0.0.1:$((SIM_PORT + i))"); done
       ;;
-    precise-*|approx-*)
+    precise-*|approx-*|sessions-*|sessionmap-*|predicted-*)
       for k in $(seq 0 $((n - 1))); do
         router_yaml "$kind" "$k" > "$WORK/router-$k.yaml"
         cp "$WORK/router-$k.yaml" "$RESULTS/configs/$kind-router-$k.yaml"
@@ -212,15 +232,17 @@ start_front() { # system seed
       done
       [ "$kind" = precise ] && sleep 1
       ;;
-    sglang-*)
+    sglang-*|sglang-key-*)
+      local policy=(--policy cache_aware $SGLANG_ARGS)
+      [ "$kind" = sglang-key ] && policy=(--policy manual --assignment-mode min_load)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "no SGLang gateway under $SGLANG_DIR" >&2; return 1; }
       local urls=() i
       for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(engine_url "$i")"); done
       for k in $(seq 0 $((n - 1))); do
         # shellcheck disable=SC2086
         local cmd=("$SGLANG_DIR/venv/bin/python" -m sglang_router.launch_router --host 127.0.0.1
-          --port $((ROUTER_PORT + k)) --prometheus-port $((ROUTER_PORT + 1000 + k)) --policy cache_aware
-          --log-level warn $SGLANG_ARGS --worker-urls "${urls[@]}")
+          --port $((ROUTER_PORT + k)) --prometheus-port $((ROUTER_PORT + 1000 + k)) "${policy[@]}"
+          --log-level warn --worker-urls "${urls[@]}")
         note_cmd "${cmd[*]}"
         "${cmd[@]}" >"$WORK/front-$k.log" 2>&1 &
         FRONT_PIDS+=($!); started_pid $!
@@ -246,11 +268,12 @@ save_router_metrics() { # system seed
   local n=${1##*-} k
   for k in $(seq 0 $((n - 1))); do
     curl -fsS "http://127.0.0.1:$((ADMIN_PORT + k))/metrics" 2>/dev/null \
-      | grep -E '^warmpath_(kv_events|decisions|hotspot|requests_total|upstream_errors|prefix_blocks|prefix_index_(entries|evictions)|replica_ready)' \
+      | grep -E '^warmpath_(kv_events|decisions|hotspot|session|replica_prefill|requests_total|upstream_errors|prefix_blocks|prefix_index_(entries|evictions)|replica_ready)' \
       > "$RESULTS/metrics/$1-s$2-router$k.txt" || true
   done
 }
 
+head -c 32 /dev/urandom | base64 > "$WORK/session-key"
 METRICS=()
 for i in $(seq 0 $((REPLICAS - 1))); do METRICS+=(--metrics-url "$(engine_url "$i")/metrics"); done
 
@@ -262,14 +285,20 @@ for seed in $SEEDS; do
     stop_all
     echo "# $system, seed $seed" >> "$RESULTS/commands.txt"
     if start_sim && start_front "$system" "$seed"; then
+      extra=()
+      case $system in
+        sessions-*) extra=(--echo-session-token) ;;
+        sglang-key-*) extra=(--session-header x-smg-routing-key) ;;
+      esac
+      # shellcheck disable=SC2206
       cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite replicas
         --label "$system" --seed "$seed" --fleet-replicas "$REPLICAS" --fleet-kv-blocks "$KV_BLOCKS"
-        --fleet-block-size "$BLOCK_SIZE" "${METRICS[@]}" --workload shared-prefix --mode closed
-        --concurrency "$CONCURRENCY" --working-set "$WORKING_SET" --zipf "$ZIPF"
+        --fleet-block-size "$BLOCK_SIZE" "${METRICS[@]}" --workload "$WORKLOAD" $WORKLOAD_ARGS --mode closed
+        --concurrency "$CONCURRENCY" --working-set "$WORKING_SET" "${extra[@]}"
         --requests "$REQUESTS" --warmup "$WARMUP" --out "$RESULTS/$system-s$seed.json")
       note_cmd "${cmd[*]}"
       "${cmd[@]}" || { status=bench-failed; echo "!!!!! $system seed $seed: warmpath-bench failed" >&2; }
-      case $system in precise-*|approx-*) save_router_metrics "$system" "$seed" ;; esac
+      case $system in precise-*|approx-*|session*|predicted-*) save_router_metrics "$system" "$seed" ;; esac
     else
       status=start-failed
       echo "!!!!! $system seed $seed did not start" >&2
@@ -284,7 +313,7 @@ fi
 elapsed=$(cat "$RESULTS/elapsed_s" 2>/dev/null || echo 0)
 
 say "report"
-python3 - "$RESULTS" "$ROUTERS" "$elapsed" "${BINARIES_FROM:-the working tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
+REPORT_TITLE=$REPORT_TITLE WORKING_SET=$WORKING_SET python3 - "$RESULTS" "$ROUTERS" "$elapsed" "${BINARIES_FROM:-the working tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
 import glob, json, os, re, statistics, sys
 res, routers, elapsed, built = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 runs = {}
@@ -309,12 +338,17 @@ KEYS = ["hit_rate", "requests_per_s", "ttft_p50_ms", "ttft_p90_ms"]
 per = {s: {seed: fig(d) for seed, d in v.items()} for s, v in runs.items()}
 med = {s: {k: statistics.median(x[k] for x in v.values()) for k in KEYS + ["errors", "oracle_lru_perfect", "oracle_infinite"]}
        for s, v in per.items()}
-pairs = [(f"precise-{routers}", "precise-1"), (f"approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"),
-         ("precise-1", "approx-1"), (f"precise-{routers}", f"approx-{routers}"),
-         (f"precise-{routers}", f"sglang-{routers}"), ("precise-1", "sglang-1")]
+N = routers
+pairs = [(f"precise-{N}", "precise-1"), (f"approx-{N}", "approx-1"), (f"sglang-{N}", "sglang-1"),
+         ("precise-1", "approx-1"), (f"precise-{N}", f"approx-{N}"),
+         (f"precise-{N}", f"sglang-{N}"), ("precise-1", "sglang-1"),
+         (f"sessions-{N}", "sessions-1"), ("sessions-1", "approx-1"), (f"sessions-{N}", f"approx-{N}"),
+         (f"sessionmap-{N}", f"approx-{N}"), (f"sessions-{N}", f"precise-{N}"), (f"sglang-key-{N}", "sglang-key-1"),
+         ("sessions-1", "sglang-key-1"), (f"sessions-{N}", f"sglang-key-{N}"), ("predicted-1", "approx-1"),
+         (f"predicted-{N}", f"approx-{N}")]
 ratios = {}
 for a, b in pairs:
-    if a in per and b in per:
+    if a in per and b in per and a != b and f"{a}/{b}" not in ratios:
         seeds = sorted(set(per[a]) & set(per[b]))
         ratios[f"{a}/{b}"] = {
             k: {"of_medians": med[a][k] / med[b][k] if med[b][k] else None,
@@ -356,16 +390,21 @@ json.dump({"medians": med, "ratios": ratios, "per_seed": per, "kv_events": kv, "
 
 any_run = next(iter(next(iter(runs.values())).values()))
 c, w = any_run["config"], any_run["config"]["workload"]
-order = [s for s in ["precise-1", f"precise-{routers}", "approx-1", f"approx-{routers}", "sglang-1", f"sglang-{routers}", "nginx-rr"] if s in per]
+order = [s for s in ["precise-1", f"precise-{N}", "approx-1", f"approx-{N}", "sessions-1", f"sessions-{N}", f"sessionmap-{N}",
+                     "predicted-1", f"predicted-{N}", "sglang-1", f"sglang-{N}", "sglang-key-1", f"sglang-key-{N}", "nginx-rr"] if s in per]
+order = list(dict.fromkeys(order))
 order += [s for s in sorted(per) if s not in order]
 L = []
-L.append("# Router replicas: hit rate with 1 and %s routers, precise against approximate (issue 14)\n" % routers)
+L.append("# %s\n" % os.environ["REPORT_TITLE"])
+if w["kind"] == "shared-prefix":
+    wdesc = (f"shared-prefix, {w['groups']} groups × {w['prompts_per_group']} prompts, {w['system_tokens']}-token shared prefixes, "
+             f"{w['question_tokens']}-token questions, {w['output_tokens']} tokens out, Zipf {w['zipf']} "
+             f"(distinct prefixes {os.environ.get('WORKING_SET', '1.5')}× the fleet's KV cache)")
+else:
+    wdesc = f"`{json.dumps(w, separators=(',', ':'))}`"
 L.append(f"`bench/replicas.sh` ({elapsed // 60} min {elapsed % 60} s). Fleet: warmpath-sim, {c['fleet']['replicas']} replicas × "
          f"{c['fleet']['kv_blocks']} KV blocks × {c['fleet']['block_size']} tokens, prefill 100 µs per uncached token, "
-         "every replica publishing KV events. Workload: shared-prefix, "
-         f"{w['groups']} groups × {w['prompts_per_group']} prompts, {w['system_tokens']}-token shared prefixes, "
-         f"{w['question_tokens']}-token questions, {w['output_tokens']} tokens out, Zipf {w['zipf']} "
-         "(distinct prefixes 1.5× the fleet's KV cache: the caches bind); closed loop, "
+         f"every replica publishing KV events. Workload: {wdesc}; closed loop, "
          f"{c['load']['concurrency']} in flight, {c['requests']} requests per run, the first {c['warmup']} left out of "
          "latency and throughput; hit rate = the engines' own prefix-cache counters over the whole run. "
          f"Seeds {', '.join(str(s) for s in sorted({s for v in per.values() for s in v}))}; systems in a seeded "
@@ -408,6 +447,24 @@ for a, b in [(f"approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"
         L.append(f"- {a} against {b}: hit rate ×{h:.3f} ({'loses' if h < 1 else 'gains'} {abs(1 - h) * 100:.1f}%), "
                  f"throughput ×{q:.3f}, TTFT p90 ×{t:.3f}.")
 L.append("")
+sess = {}
+for s in per:
+    if s.startswith("session"):
+        for seed in per[s]:
+            for m in router_metrics(s, seed):
+                for k, v in m.items():
+                    mm = re.match(r'warmpath_session_affinity_total\{result="([a-z_]+)"\}', k)
+                    if mm:
+                        sess.setdefault(s, {}).setdefault(mm.group(1), []).append((seed, v))
+if sess:
+    L.append("## Session affinity as the routers counted it\n")
+    L.append("`warmpath_session_affinity_total` by result, summed over the routers and seeds of each system.\n")
+    results = sorted({r for v in sess.values() for r in v})
+    L.append("| system | " + " | ".join(results) + " |")
+    L.append("|---|" + "---|" * len(results))
+    for s in sorted(sess):
+        L.append(f"| {s} | " + " | ".join(f"{sum(v for _, v in sess[s].get(r, [])):.0f}" for r in results) + " |")
+    L.append("")
 if kv:
     L.append("## The precise routers' view of the engines after each run\n")
     L.append("Per run, over its routers: replica views `fresh` / `uncertain` / `off` at the end, and KV events applied (summed over routers).\n")

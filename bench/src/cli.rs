@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
+use crate::client;
 use crate::results::LoadMode;
 use crate::text::TextStyle;
 use crate::workload::{Burst, Fleet, WorkloadSpec, DEFAULT_WORKING_SET};
@@ -128,6 +129,14 @@ pub struct RunArgs {
     /// Skip the oracle computation.
     #[arg(long)]
     pub no_oracle: bool,
+    /// The header a session's id is sent in (besides the OpenAI `user` field): e.g.
+    /// `x-smg-routing-key` for the SGLang gateway's `manual` policy.
+    #[arg(long, default_value = client::SESSION_HEADER)]
+    pub session_header: String,
+    /// Send each session's latest `x-session-token` (from the router's last answer) with its
+    /// next request, as a client of warmpath's stateless session affinity does.
+    #[arg(long)]
+    pub echo_session_token: bool,
     /// Bytes of workload text per engine token (4 for the simulator; a real tokenizer is
     /// finer): scales the oracle's blocks to the engine's.
     #[arg(long, default_value_t = 4.0)]
@@ -243,6 +252,17 @@ pub struct WorkloadArgs {
     pub tool_call_tokens: Option<u32>,
     #[arg(long, help_heading = "agent")]
     pub tool_result_tokens: Option<u32>,
+    /// Every N-th step, one more tool call and result are spliced into the middle of the
+    /// history instead of its end (0 = never, the default).
+    #[arg(long, value_name = "N", help_heading = "agent")]
+    pub insert_every: Option<u32>,
+    /// Every N-th step, the history is compacted into a summary and the latest exchange
+    /// (0 = never, the default).
+    #[arg(long, value_name = "N", help_heading = "agent")]
+    pub compact_every: Option<u32>,
+    /// Tokens of a compaction's summary.
+    #[arg(long, help_heading = "agent")]
+    pub summary_tokens: Option<u32>,
     #[arg(long, help_heading = "no-sharing")]
     pub prompt_tokens: Option<u32>,
     #[arg(long, help_heading = "noisy-neighbour")]
@@ -344,6 +364,17 @@ impl WorkloadArgs {
                     self.tool_result_tokens,
                     "tool-result-tokens"
                 );
+                set!(w.rewrites.insert_every, self.insert_every, "insert-every");
+                set!(
+                    w.rewrites.compact_every,
+                    self.compact_every,
+                    "compact-every"
+                );
+                set!(
+                    w.rewrites.summary_tokens,
+                    self.summary_tokens,
+                    "summary-tokens"
+                );
                 set!(w.output_tokens, self.output_tokens, "output-tokens");
             }
             WorkloadSpec::NoSharing(w) => {
@@ -379,7 +410,7 @@ impl WorkloadArgs {
                 }
             }
         }
-        let given: [(&'static str, bool); 22] = [
+        let given: [(&'static str, bool); 25] = [
             ("working-set", self.working_set.is_some()),
             ("zipf", self.zipf.is_some()),
             ("groups", self.groups.is_some()),
@@ -398,6 +429,9 @@ impl WorkloadArgs {
             ("task-tokens", self.task_tokens.is_some()),
             ("tool-call-tokens", self.tool_call_tokens.is_some()),
             ("tool-result-tokens", self.tool_result_tokens.is_some()),
+            ("insert-every", self.insert_every.is_some()),
+            ("compact-every", self.compact_every.is_some()),
+            ("summary-tokens", self.summary_tokens.is_some()),
             ("prompt-tokens", self.prompt_tokens.is_some()),
             ("quiet-tenants", self.quiet_tenants.is_some()),
             ("noisy-share", self.noisy_share.is_some()),

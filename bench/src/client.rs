@@ -1,6 +1,8 @@
 //! One streamed request over a pooled hyper client, timed: TTFT, inter-token gaps, end-to-end
 //! latency, token counts from the server's usage block, and the kind of error if it failed.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,6 +18,13 @@ use crate::workload::{Prompt, WorkRequest};
 /// The header a request's tenant ([`WorkRequest::tenant`]) is sent in: warmpath's own, which
 /// the router believes from trusted sources (loopback by default).
 pub const TENANT_HEADER: &str = "x-warmpath-tenant";
+
+/// The header a request's session ([`WorkRequest::session`]) is sent in unless
+/// [`Target::session_header`] says otherwise: warmpath's default (and llm-d's).
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// The header warmpath's session token comes back in, and goes out in when echoed.
+pub const SESSION_TOKEN_HEADER: &str = "x-session-token";
 
 /// The header that says why warmpath's flow control refused a request (on its 429s).
 pub const DROPPED_REASON_HEADER: &str = "x-warmpath-dropped-reason";
@@ -37,6 +46,11 @@ pub struct Target {
     pub ignore_eos: bool,
     /// Per request, from sending to the end of the stream.
     pub timeout: Duration,
+    /// The header a session's id goes in ([`SESSION_HEADER`] unless set).
+    pub session_header: http::HeaderName,
+    /// Each session's latest [`SESSION_TOKEN_HEADER`], echoed with its next request; `None`:
+    /// no echo.
+    pub session_tokens: Option<Arc<Mutex<HashMap<u64, http::HeaderValue>>>>,
 }
 
 impl Target {
@@ -53,7 +67,17 @@ impl Target {
             model: model.to_owned(),
             ignore_eos,
             timeout,
+            session_header: http::HeaderName::from_static(SESSION_HEADER),
+            session_tokens: None,
         })
+    }
+
+    /// Sessions' ids in `header` (`None` if it is no header name), and their tokens echoed
+    /// when `echo`.
+    pub fn with_sessions(mut self, header: &str, echo: bool) -> Option<Self> {
+        self.session_header = http::HeaderName::try_from(header).ok()?;
+        self.session_tokens = echo.then(Arc::default);
+        Some(self)
     }
 }
 
@@ -207,7 +231,14 @@ async fn exchange(
         builder = builder.header(TENANT_HEADER, t);
     }
     if let Some(s) = req.session {
-        builder = builder.header("x-session-id", format!("session-{s}"));
+        builder = builder.header(&target.session_header, format!("session-{s}"));
+        if let Some(token) = target
+            .session_tokens
+            .as_ref()
+            .and_then(|t| t.lock().expect("session tokens").get(&s).cloned())
+        {
+            builder = builder.header(SESSION_TOKEN_HEADER, token);
+        }
     }
     let request = builder
         .body(Full::new(Bytes::from(body.to_string())))
@@ -224,6 +255,16 @@ async fn exchange(
         .get("x-warmpath-replica")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    if let (Some(s), Some(tokens), Some(token)) = (
+        req.session,
+        &target.session_tokens,
+        response.headers().get(SESSION_TOKEN_HEADER),
+    ) {
+        tokens
+            .lock()
+            .expect("session tokens")
+            .insert(s, token.clone());
+    }
     info.dropped_reason = response
         .headers()
         .get(DROPPED_REASON_HEADER)
@@ -324,6 +365,8 @@ mod tests {
             model: "tiny".into(),
             ignore_eos: true,
             timeout: Duration::from_secs(1),
+            session_header: http::HeaderName::from_static(SESSION_HEADER),
+            session_tokens: None,
         }
     }
 
@@ -379,9 +422,12 @@ mod tests {
         assert_eq!(out.ttft_s, None);
     }
     /// The tenant travels in [`TENANT_HEADER`] and a refusal's reason comes back in
-    /// [`ResponseInfo`]: a one-shot server that answers 429 like warmpath's flow control.
-    #[tokio::test]
-    async fn tenant_header_goes_out_and_the_dropped_reason_comes_back() {
+    /// A server that answers one request with `head` and `body` and returns the request's
+    /// head, lowercased.
+    async fn answer_once(
+        head: &'static str,
+        body: &'static [u8],
+    ) -> (u16, tokio::task::JoinHandle<String>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -394,16 +440,23 @@ mod tests {
                 assert!(n > 0, "request ended early");
                 seen.extend_from_slice(&buf[..n]);
             }
-            let body = b"{\"error\":{\"message\":\"queue full\"}}";
-            let head = format!(
-                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
-                 x-warmpath-dropped-reason: queue-full\r\ncontent-length: {}\r\n\r\n",
-                body.len()
-            );
+            let head = format!("{head}content-length: {}\r\n\r\n", body.len());
             sock.write_all(head.as_bytes()).await.unwrap();
             sock.write_all(body).await.unwrap();
             String::from_utf8_lossy(&seen).to_lowercase()
         });
+        (port, server)
+    }
+
+    /// [`ResponseInfo`]: a one-shot server that answers 429 like warmpath's flow control.
+    #[tokio::test]
+    async fn tenant_header_goes_out_and_the_dropped_reason_comes_back() {
+        let (port, server) = answer_once(
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+             x-warmpath-dropped-reason: queue-full\r\n",
+            b"{\"error\":{\"message\":\"queue full\"}}",
+        )
+        .await;
         let mut t = target();
         t.base_url = format!("http://127.0.0.1:{port}");
         let req = WorkRequest {
@@ -418,5 +471,47 @@ mod tests {
         let head = server.await.unwrap();
         assert!(head.contains("\r\nx-warmpath-tenant: flood\r\n"), "{head}");
         assert!(!head.contains("x-tenant-id"), "{head}");
+    }
+
+    /// A session's id goes out in the configured header, and the token of one answer goes out
+    /// with the session's next request.
+    #[tokio::test]
+    async fn session_tokens_are_echoed() {
+        let t = target()
+            .with_sessions("x-smg-routing-key", true)
+            .expect("a header name");
+        let req = WorkRequest {
+            session: Some(4),
+            tenant: None,
+            prompt: Prompt::Text(" x".into()),
+            max_tokens: 1,
+        };
+        let mut heads = Vec::new();
+        for _ in 0..2 {
+            let (port, server) = answer_once(
+                "HTTP/1.1 503 Service Unavailable\r\nx-session-token: tok.en\r\n",
+                b"no",
+            )
+            .await;
+            let t = Target {
+                base_url: format!("http://127.0.0.1:{port}"),
+                ..t.clone()
+            };
+            send_detailed(&http_client(1), &t, &req, Instant::now()).await;
+            heads.push(server.await.unwrap());
+        }
+        assert!(
+            heads[0].contains("\r\nx-smg-routing-key: session-4\r\n"),
+            "{}",
+            heads[0]
+        );
+        assert!(!heads[0].contains("x-session-token"), "{}", heads[0]);
+        assert!(!heads[0].contains("x-session-id"), "{}", heads[0]);
+        assert!(
+            heads[1].contains("\r\nx-session-token: tok.en\r\n"),
+            "{}",
+            heads[1]
+        );
+        assert!(target().with_sessions("not a header", false).is_none());
     }
 }

@@ -68,7 +68,14 @@ async fn run_command(args: RunArgs) -> Result<()> {
     }
     let target = Arc::new(
         Target::new(&args.url, &args.model, !args.no_ignore_eos, args.timeout)
-            .with_context(|| format!("--url {:?} is not an http://host:port URL", args.url))?,
+            .with_context(|| format!("--url {:?} is not an http://host:port URL", args.url))?
+            .with_sessions(&args.session_header, args.echo_session_token)
+            .with_context(|| {
+                format!(
+                    "--session-header {:?} is no header name",
+                    args.session_header
+                )
+            })?,
     );
     let base_url = target.base_url.clone();
     let idle = match load {

@@ -21,12 +21,7 @@ async fn sim(extra: &[&str]) -> warmpath_sim::SimHandle {
 }
 
 fn target(addr: std::net::SocketAddr, timeout: Duration) -> Arc<Target> {
-    Arc::new(Target {
-        base_url: format!("http://{addr}"),
-        model: "tiny".into(),
-        ignore_eos: true,
-        timeout,
-    })
+    Arc::new(Target::new(&format!("http://{addr}"), "tiny", true, timeout).expect("a URL"))
 }
 
 fn closed(concurrency: usize, requests: u64) -> Plan {

@@ -1,10 +1,12 @@
 //! Agent sessions: tool loops under one session id. Every session starts with the same long
 //! system prompt (instructions and tool definitions), then a task; each step appends the
-//! model's tool call and the tool's (long) result, and asks again.
+//! model's tool call and the tool's (long) result, and asks again. Optionally the context is
+//! rewritten as real agents do ([`Rewrites`]): late tool results spliced into the middle of the
+//! history, and the history compacted into a summary every few steps.
 
 use serde::{Deserialize, Serialize};
 
-use super::sessions::{self, SessionShape};
+use super::sessions::{self, Rewrites, SessionShape};
 use super::{at_least_one_div, WorkRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,6 +20,10 @@ pub struct AgentSessions {
     pub tool_call_tokens: u32,
     pub tool_result_tokens: u32,
     pub output_tokens: u32,
+    /// How the context is rewritten; none by default (and then left out of the JSON, so that
+    /// specs written before rewrites existed read back unchanged).
+    #[serde(default, flatten)]
+    pub rewrites: Rewrites,
 }
 
 impl AgentSessions {
@@ -31,6 +37,7 @@ impl AgentSessions {
             tool_call_tokens: 32,
             tool_result_tokens: 192,
             output_tokens: 32,
+            rewrites: Rewrites::default(),
         };
         let per = w.shape().prefix_working_set() - u64::from(w.system_tokens);
         w.active = at_least_one_div(working_set, per);
@@ -47,6 +54,7 @@ impl AgentSessions {
             followup_tokens: self.tool_result_tokens,
             output_tokens: self.output_tokens,
             stream_tag: 0x4147_0000_0000,
+            rewrites: self.rewrites.clone(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sessions::{self, SessionShape};
+use super::sessions::{self, Rewrites, SessionShape};
 use super::{at_least_one_div, WorkRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +44,7 @@ impl MultiTurn {
             followup_tokens: self.user_tokens,
             output_tokens: self.output_tokens,
             stream_tag: 0x4d54_0000_0000,
+            rewrites: Rewrites::default(),
         }
     }
 

@@ -162,14 +162,15 @@ pub fn choose_among(
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
         let affinity = session_home.map(|home| {
-            let seen = |v: &ReplicaView<'_>| Seen {
-                matched: v.matched_blocks,
-                queued_ahead: v.queued_ahead(),
+            let seen = |i: usize| Seen {
+                matched: views[i].matched_blocks,
+                queued_ahead: views[i].queued_ahead(),
+                exact: precise.as_ref().is_some_and(|p| p[i].mode == KvMode::Fresh),
             };
             let (go_home, result) = crate::sessions::affinity(
-                home.map(|h| h.map(|i| seen(&views[i]))),
+                home.map(|h| h.map(seen)),
                 home == Some(Some(decision.index)),
-                seen(&views[decision.index]),
+                seen(decision.index),
                 table.config.sessions.max_extra_queue,
             );
             if let (true, Some(Some(i))) = (go_home, home) {

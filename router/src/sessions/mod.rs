@@ -191,7 +191,7 @@ pub enum Affinity {
     Kept,
     /// Its home is gone or not ready.
     MovedUnavailable,
-    /// Another replica holds more of the prompt.
+    /// Another replica holds more of the prompt, by the engines' KV events.
     MovedPrefix,
     /// Its home has too much queued.
     MovedOverload,
@@ -216,6 +216,8 @@ pub struct Seen {
     pub matched: u32,
     /// Requests ahead of a new one on it.
     pub queued_ahead: f64,
+    /// `matched` is what the engine reported (KV events, fresh), not the router's guess.
+    pub exact: bool,
 }
 
 /// Whether to send the request to its home (`true`) instead of the scheduler's pick, and why.
@@ -236,7 +238,10 @@ pub fn affinity(
     if home_is_pick {
         return (false, Affinity::Kept);
     }
-    if pick.matched > home.matched {
+    // Only an engine's own report says the home holds less: an approximate index knows only
+    // where this router sent prompts, and with several routers it misses the turns the others
+    // sent home, while every replica shows the shared system prompt it did see go there.
+    if pick.matched > home.matched && pick.exact && home.exact {
         return (false, Affinity::MovedPrefix);
     }
     if home.queued_ahead - pick.queued_ahead > f64::from(max_extra_queue) {

@@ -91,6 +91,7 @@ fn affinity_is_a_preference_that_yields() {
     let seen = |matched, queued_ahead| Seen {
         matched,
         queued_ahead,
+        exact: true,
     };
     // No home yet: the pick becomes it.
     assert_eq!(
@@ -121,6 +122,27 @@ fn affinity_is_a_preference_that_yields() {
     assert_eq!(
         affinity(Some(Some(seen(1, 0.0))), false, seen(4, 0.0), 8),
         (false, Affinity::MovedPrefix)
+    );
+    // …but not by the approximate index: it may not know what other routers sent home.
+    let guessed = Seen {
+        exact: false,
+        ..seen(1, 0.0)
+    };
+    assert_eq!(
+        affinity(Some(Some(guessed)), false, seen(4, 0.0), 8),
+        (true, Affinity::Kept)
+    );
+    assert_eq!(
+        affinity(
+            Some(Some(seen(1, 0.0))),
+            false,
+            Seen {
+                exact: false,
+                ..seen(4, 0.0)
+            },
+            8
+        ),
+        (true, Affinity::Kept)
     );
     // Home overloaded.
     assert_eq!(

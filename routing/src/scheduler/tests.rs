@@ -934,3 +934,33 @@ fn load_beyond_the_slack_and_a_warmer_replica_still_win() {
         assert_eq!(d.replica, 1);
     }
 }
+
+/// Under load, moving a conversation off its warm replica repeats its prefill in front of every
+/// request queued where it goes: `predicted_ttft` counts that, and stays where a move would
+/// only trade the fleet's work for this request's TTFT.
+#[test]
+fn predicted_ttft_does_not_trade_a_warm_history_for_a_slightly_shorter_queue() {
+    let m = TtftModel::default();
+    // 1,024 tokens, 60 of 64 blocks warm on replica 0 (15 ahead), none on replica 1 (2 ahead).
+    let req = prompt(1024, 64);
+    let busy = |warm: u32, ahead: u32, id: ReplicaId| {
+        let mut v = view(id, ahead, engine(f64::from(ahead), 0.0, 0.5), warm, &m);
+        v.inflight_uncached_tokens = 0;
+        v
+    };
+    let cands = [busy(60, 15, 0), busy(0, 2, 1)];
+    // Its TTFT alone would be shorter on the cold replica…
+    let ttft = Predictor::new(&req, &cands);
+    assert!(ttft.of(&cands[1]) < ttft.of(&cands[0]));
+    // …but the prefill it would repeat there, for itself and the two ahead of it, is not.
+    let d = sched(Policy::PredictedTtft)
+        .decide(&req, &cands, 1)
+        .unwrap();
+    assert_eq!(d.replica, 0, "{d:?}");
+    // On an idle cold replica, where it delays no one, a long enough wait still moves it.
+    let cands = [busy(60, 40, 0), busy(0, 0, 1)];
+    let d = sched(Policy::PredictedTtft)
+        .decide(&req, &cands, 1)
+        .unwrap();
+    assert_eq!(d.replica, 1, "{d:?}");
+}
