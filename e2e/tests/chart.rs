@@ -104,6 +104,17 @@ fn matrix(ns: &str) -> Vec<Case> {
             ]),
         },
         Case {
+            name: "network-policy",
+            args: s(&[
+                "--set",
+                "router.networkPolicy.enabled=true",
+                "--set-json",
+                r#"router.networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+                "--set",
+                "router.terminationGracePeriodSeconds=120",
+            ]),
+        },
+        Case {
             name: "namespaced-rbac",
             args: vec![
                 "--set".into(),
@@ -253,6 +264,41 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                     .is_some_and(|c| c.contains("key_file: /var/run/warmpath/session-key/key")),
                 "{cm:?}"
             );
+            // Leaving fits in the grace period: 5 s accepting, then 50 of the 60 s draining.
+            let config: serde_yaml::Value =
+                serde_yaml::from_str(cm["data"]["router.yaml"].as_str().unwrap()).unwrap();
+            assert_eq!(int_at(&config, &["shutdown", "accept_ms"]), Some(5000));
+            assert_eq!(int_at(&config, &["shutdown", "drain_ms"]), Some(50000));
+            assert_eq!(
+                int_at(
+                    d,
+                    &["spec", "template", "spec", "terminationGracePeriodSeconds"]
+                ),
+                Some(60)
+            );
+            // The API Service publishes the API only; the admin port has a ClusterIP Service
+            // of its own; no NetworkPolicy unless asked for.
+            let ports = |name: &str| -> Vec<String> {
+                let svc = out
+                    .find("Service", name)
+                    .unwrap_or_else(|| panic!("{name} in {names:?}"));
+                svc["spec"]["ports"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .map(|p| str_at(p, &["name"]).to_owned())
+                    .collect()
+            };
+            assert_eq!(ports(router), ["http"]);
+            assert_eq!(ports("wp-warmpath-router-admin"), ["admin"]);
+            assert_eq!(
+                str_at(
+                    out.find("Service", "wp-warmpath-router-admin").unwrap(),
+                    &["spec", "type"]
+                ),
+                "ClusterIP"
+            );
+            assert_eq!(out.of_kind("NetworkPolicy").count(), 0, "{case}");
             // The router reads pools and replicas from the cluster by default.
             let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
             assert!(
@@ -345,6 +391,37 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .find("Deployment", controller)
                 .expect("controller Deployment");
             assert_eq!(int_at(c, &["spec", "replicas"]), Some(3));
+        }
+        "network-policy" => {
+            let np = out
+                .find("NetworkPolicy", router)
+                .expect("router NetworkPolicy");
+            let ingress = np["spec"]["ingress"].as_sequence().expect("ingress");
+            assert_eq!(str_at(&ingress[0]["ports"][0], &["port"]), "http");
+            assert!(ingress[0]["from"].is_null(), "the API is open: {np:?}");
+            assert_eq!(str_at(&ingress[1]["ports"][0], &["port"]), "admin");
+            let from = ingress[1]["from"].as_sequence().expect("admin peers");
+            assert_eq!(from.len(), 2, "{np:?}");
+            assert!(
+                from[0]["podSelector"].is_mapping(),
+                "the namespace's pods: {np:?}"
+            );
+            assert_eq!(
+                str_at(
+                    &from[1],
+                    &[
+                        "namespaceSelector",
+                        "matchLabels",
+                        "kubernetes.io/metadata.name"
+                    ]
+                ),
+                "monitoring"
+            );
+            // A longer grace period drains longer.
+            let cm = out.find("ConfigMap", router).expect("router ConfigMap");
+            let config: serde_yaml::Value =
+                serde_yaml::from_str(cm["data"]["router.yaml"].as_str().unwrap()).unwrap();
+            assert_eq!(int_at(&config, &["shutdown", "drain_ms"]), Some(110000));
         }
         "tokenizer-volume" => {
             // A model's tokenizer mounted for routing from KV events (InferencePool
@@ -649,6 +726,17 @@ async fn bad_values_fail_with_a_clear_message() {
             "{args:?}: error must name `{field}`: {msg}"
         );
     }
+    // A drain longer than the grace period would let the kubelet kill open streams.
+    let mut cmd = cluster.helm();
+    cmd.args(["install", "wp"])
+        .arg(&chart)
+        .args(["-n", ns.name()])
+        .args(["--set", "router.config.shutdown.drain_ms=60000"]);
+    let err = run(&mut cmd, None).expect_err("a drain past the grace period must be rejected");
+    assert!(
+        err.to_string().contains("terminationGracePeriodSeconds"),
+        "{err}"
+    );
     // Nothing was installed by the rejected attempts.
     let out = run(cluster.helm().args(["list", "-q", "-n", ns.name()]), None).expect("helm list");
     assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());

@@ -18,17 +18,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
 use warmpath_e2e::{workspace_bin, Chart, KillOnDrop, TestNamespace};
+use warmpath_testkit::free_port;
 
 const ROUTER: &str = "wp-warmpath-router";
 const CONTROLLER: &str = "wp-warmpath-controller";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The first container's args and environment as the kubelet would give them (`fieldRef`s to
 /// the pod's name and namespace resolved).

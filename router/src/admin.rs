@@ -24,6 +24,8 @@ pub struct AdminState {
     pub sessions: Arc<crate::sessions::Sessions>,
     pub replicas: Replicas,
     pub discovery: Arc<DiscoveryStatus>,
+    /// The router is leaving: not ready, whatever the replicas.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The admin listener as a tower service.
@@ -48,6 +50,10 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
             metrics_response(state.metrics.encode())
         }
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" if state.draining.load(std::sync::atomic::Ordering::Relaxed) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting down: finishing open requests\n".to_owned(),
+        ),
         "/readyz" => readiness(&state.tables.current(), &state.discovery),
         path => ApiError::not_found(path).into_response(),
     }
@@ -78,8 +84,10 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<RespBody> {
 pub(crate) fn readiness(table: &Table, discovery: &DiscoveryStatus) -> Response<RespBody> {
     if !discovery.synced() {
         let mut body = "waiting for the first full list of InferencePools, InferenceReplicas and TenantPolicies from the Kubernetes API\n".to_owned();
-        if let Some(e) = discovery.error() {
-            body.push_str(&format!("last error: {e}\n"));
+        // The error itself goes to the log only: probes and whoever reaches this port need
+        // not learn the cluster's addresses or RBAC.
+        if discovery.error().is_some() {
+            body.push_str("the last attempt failed; the router's log says why\n");
         }
         return text(StatusCode::SERVICE_UNAVAILABLE, body);
     }
@@ -143,5 +151,37 @@ fn refresh_gauges(state: &AdminState) {
         m.prefill_per_token
             .get_or_create(&labels)
             .set(r.ttft.lock().per_token_s());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn body(resp: Response<RespBody>) -> String {
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// A Kubernetes error says where the API server is and what the service account may not
+    /// do: the log gets it, readiness answers do not.
+    #[tokio::test]
+    async fn readiness_does_not_echo_kubernetes_errors() {
+        let discovery = DiscoveryStatus::new(false);
+        discovery.failed(
+            "ApiError: pods is forbidden: User \"system:serviceaccount:ns:router\" at https://10.0.0.1:443"
+                .to_owned(),
+        );
+        let config = crate::config::Config::parse("pools: []\n").unwrap();
+        let registry = crate::state::replica::ReplicaRegistry::default();
+        let table = Table::build(std::sync::Arc::new(config), &registry, &Metrics::new());
+        let resp = readiness(&table, &discovery);
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let text = body(resp).await;
+        assert!(text.contains("log"), "{text}");
+        for leak in ["forbidden", "10.0.0.1", "serviceaccount"] {
+            assert!(!text.contains(leak), "{text}");
+        }
     }
 }

@@ -40,6 +40,7 @@ use crate::state::publish::{Publisher, TableReader, Update, Updates};
 use crate::state::table::Table;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -55,8 +56,6 @@ pub struct Options {
     /// Watch this file and apply its changes (static mode: the `--config` file).
     pub watch: Option<PathBuf>,
     pub reload_interval: Duration,
-    /// How long shutdown waits for open connections to finish.
-    pub drain: Duration,
     /// Kubernetes mode: also route to the InferencePools and InferenceReplicas of the cluster.
     pub kubernetes: Option<kubernetes::Discovery>,
 }
@@ -66,7 +65,6 @@ impl Default for Options {
         Self {
             watch: None,
             reload_interval: Duration::from_secs(1),
-            drain: Duration::from_secs(10),
             kubernetes: None,
         }
     }
@@ -83,6 +81,9 @@ pub struct RouterHandle {
     /// updates (static mode without a file watcher has none).
     _updates: Updates,
     shutdown: watch::Sender<bool>,
+    /// Set when leaving: readiness fails.
+    draining: Arc<AtomicBool>,
+    accept_before_drain: Duration,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -106,7 +107,16 @@ impl RouterHandle {
         &self.discovery
     }
 
-    /// Stop accepting, let open connections finish (up to the drain time), stop background work.
+    /// Leave as load balancers expect (on SIGTERM): readiness fails at once, new connections
+    /// are still accepted for `shutdown.accept_ms`, then [`RouterHandle::shutdown`].
+    pub async fn drain(self) {
+        self.draining.store(true, Ordering::Relaxed);
+        tokio::time::sleep(self.accept_before_drain).await;
+        self.shutdown().await;
+    }
+
+    /// Stop accepting, let open requests finish (up to `shutdown.drain_ms`), stop background
+    /// work.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         for t in self.tasks {
@@ -149,8 +159,19 @@ pub async fn start_with(
     let discovery = Arc::new(DiscoveryStatus::new(options.kubernetes.is_none()));
     let serve_options = server::ServeOptions {
         header_read: config.timeouts.client(),
-        drain: options.drain,
+        drain: Duration::from_millis(config.shutdown.drain_ms),
+        max_connections: config.limits.max_connections,
+        counters: Some(metrics.connections.clone()),
     };
+    // The admin listener answers probes and scrapes: a few connections, never counted as
+    // clients'.
+    let admin_options = server::ServeOptions {
+        max_connections: ADMIN_CONNECTIONS,
+        counters: None,
+        ..serve_options.clone()
+    };
+    let draining = Arc::new(AtomicBool::new(false));
+    let accept_before_drain = Duration::from_millis(config.shutdown.accept_ms);
     let bound = (config.listen, config.admin);
 
     let precise = state::index::precise(&config.index);
@@ -213,6 +234,7 @@ pub async fn start_with(
         sessions: sessions.clone(),
         replicas,
         discovery: discovery.clone(),
+        draining: draining.clone(),
     });
     tasks.extend([
         tokio::spawn(server::serve(
@@ -225,7 +247,7 @@ pub async fn start_with(
             admin_listener,
             admin,
             shutdown_rx.clone(),
-            serve_options,
+            admin_options,
         )),
         tokio::spawn(publisher.run(updates_rx, shutdown_rx.clone())),
     ]);
@@ -257,6 +279,11 @@ pub async fn start_with(
         discovery,
         _updates: updates,
         shutdown,
+        draining,
+        accept_before_drain,
         tasks,
     })
 }
+
+/// Connections the admin listener takes at once.
+const ADMIN_CONNECTIONS: usize = 256;

@@ -161,14 +161,13 @@ fn main() -> anyhow::Result<()> {
             Options {
                 watch: Some(config_path),
                 reload_interval: Duration::from_secs(1),
-                drain: Duration::from_secs(10),
                 kubernetes,
             },
         )
         .await?;
         shutdown_signal().await;
-        tracing::info!("shutting down");
-        handle.shutdown().await;
+        tracing::info!("shutting down: not ready, accepting for shutdown.accept_ms, then draining");
+        handle.drain().await;
         Ok(())
     })
 }

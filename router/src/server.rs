@@ -1,31 +1,55 @@
 //! Accepting connections: HTTP/1.1 and h2c (prior knowledge) on one port through hyper-util's
 //! auto builder, with graceful shutdown that lets open connections finish. Knows nothing of
 //! what it serves: each listener is given its tower service.
+//!
+//! What a connection may hold is bounded: at most `max_connections` at once (more are answered
+//! 503 and closed), a connection that does not say which protocol it speaks within
+//! `header_read` is closed (hyper-util reads the HTTP/2 preface with no timeout of its own, so a
+//! socket that sends nothing, or part of the preface, would be held for good), and HTTP/2
+//! connections are pinged so that a vanished peer is noticed.
 
-use crate::errors::RespBody;
+use crate::errors::{ApiError, RespBody};
 use crate::tenants::PeerAddr;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 
-/// How long connections may take.
-#[derive(Debug, Clone, Copy)]
+/// How long connections may take, and how many there may be.
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Reading a request head (HTTP/1).
+    /// Reading a request head (HTTP/1), and the first bytes of a connection.
     pub header_read: Duration,
     /// How long shutdown waits for open connections to finish.
     pub drain: Duration,
+    /// Connections open at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Counted here when given (the API listener's).
+    pub counters: Option<ConnectionCounters>,
 }
+
+/// Open connections and connections refused at the limit.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionCounters {
+    pub open: Gauge,
+    pub refused: Counter,
+}
+
+/// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 pub async fn serve<S>(
     listener: TcpListener,
@@ -46,7 +70,14 @@ pub async fn serve<S>(
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let counters = options.counters.clone().unwrap_or_default();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -60,12 +91,26 @@ pub async fn serve<S>(
                     }
                 };
                 let (stream, peer) = stream;
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    counters.refused.inc();
+                    tokio::spawn(refuse(stream, options.max_connections));
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let service = ConnService(RefCell::new(service.clone()), PeerAddr(peer));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
+                let (builder, watcher, open) = (builder.clone(), graceful.watcher(), counters.open.clone());
+                let header_read = options.header_read;
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let _slot = slot;
+                    open.inc();
+                    let _open = on_drop(move || {
+                        open.dec();
+                    });
+                    if !speaks(&stream, header_read).await {
+                        return;
+                    }
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    if let Err(e) = watcher.watch(conn.into_owned()).await {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                 });
@@ -80,6 +125,70 @@ pub async fn serve<S>(
             tracing::warn!("connections still open after the drain time; closing");
         }
     }
+}
+
+/// Runs its closure when dropped (a connection task's end, however it ends).
+struct Guard<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for Guard<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+fn on_drop<F: FnOnce()>(f: F) -> Guard<F> {
+    Guard(Some(f))
+}
+
+/// Whether the connection sends enough, within `limit`, to tell HTTP/2's preface from HTTP/1
+/// (after which hyper's own timeouts apply). Peeks: the bytes stay for hyper to read.
+async fn speaks(stream: &TcpStream, limit: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; PREFACE.len()];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            // Closed, failed, or silent until the deadline.
+            _ => return false,
+        };
+        if n == PREFACE.len() || buf[..n] != PREFACE[..n] {
+            return true;
+        }
+        // Part of the preface: peek answers at once while those bytes wait, so wait a little.
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Answer a connection over the limit with a 503 (HTTP/1; an HTTP/2 client sees the connection
+/// close) and close it, within a second whatever the client does.
+async fn refuse(mut stream: TcpStream, limit: usize) {
+    let error = ApiError {
+        retry_after: Some(1),
+        ..ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "too_many_connections",
+            format!("The router has {limit} connections open, its limit (limits.max_connections); retry later."),
+        )
+    };
+    let body = error.body_json();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// A connection's requests go through its own copy of the stack. hyper calls services through

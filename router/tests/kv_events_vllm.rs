@@ -15,6 +15,7 @@ use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use warmpath_testkit::free_port;
 
 /// A vLLM server in its own process group: its engine-core and worker processes go with it.
 struct Engine(Child);
@@ -37,14 +38,6 @@ impl Drop for Engine {
         signal("-KILL");
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]

@@ -169,7 +169,12 @@ async fn the_nixl_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
         rt.addr,
         "POST",
         "/v1/completions",
-        &[("x-request-id", "client-req-1")],
+        &[
+            ("x-request-id", "client-req-1"),
+            ("x-forwarded-for", "10.1.2.3"),
+            ("connection", "x-hop-secret"),
+            ("x-hop-secret", "for the router only"),
+        ],
         client_body.clone(),
     )
     .await
@@ -201,6 +206,15 @@ async fn the_nixl_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
         nixl::decode_body(&original, params).as_slice()
     );
     assert_eq!(head.headers["x-request-id"], "client-req-1");
+    // Both legs say who the client is, after what the proxies before the router said; headers
+    // that the client's `Connection` names stop at the router.
+    assert_eq!(head.headers["x-forwarded-for"], "10.1.2.3, 127.0.0.1");
+    assert_eq!(
+        sent_pre[0].0.headers["x-forwarded-for"],
+        "10.1.2.3, 127.0.0.1"
+    );
+    assert!(!head.headers.contains_key("x-hop-secret"));
+    assert!(!sent_pre[0].0.headers.contains_key("x-hop-secret"));
     let v: Value = serde_json::from_slice(body).unwrap();
     assert_eq!(
         (v["stream"].clone(), v["max_tokens"].clone()),
@@ -489,5 +503,47 @@ async fn a_split_requests_decode_replica_does_not_count_the_prompt_as_its_own_pr
     let r = pending.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(decode.inflight_requests(), 0);
+    rt.shutdown().await;
+}
+
+/// With P/D, a session's home is its decode replica (where its context stays): a turn whose
+/// whole context is new, which the prefix index cannot place, still goes back to it, and the
+/// answer carries the session's token.
+#[tokio::test]
+async fn a_sessions_home_is_its_decode_replica() {
+    let fleet = sim(&["--timing", "zero", "--replicas", "3", "--kv-blocks", "256"]).await;
+    let [p, d0, d1] = [fleet.addrs()[0], fleet.addrs()[1], fleet.addrs()[2]];
+    let rt = router(&pd_yaml(&[p], &[d0, d1], "", PD)).await;
+    wait_ready(rt.admin_addr).await;
+    let mut homes = std::collections::BTreeSet::new();
+    for s in 0..6u64 {
+        let id = format!("agent-{s}");
+        let turn = |seed: u64| {
+            let id = id.clone();
+            async move {
+                let r = send(
+                    rt.addr,
+                    "POST",
+                    "/v1/completions",
+                    &[("x-session-id", id.as_str())],
+                    completion(&text(seed, 2000), 2),
+                )
+                .await
+                .unwrap();
+                assert_eq!(r.status, 200, "{}", r.body);
+                // Long and uncached: split, so both legs ran.
+                assert_eq!(r.header("x-warmpath-prefill-replica"), Some("p0"));
+                assert!(r.header("x-session-token").is_some(), "no session token");
+                r.header("x-warmpath-replica").unwrap().to_owned()
+            }
+        };
+        let home = turn(100 * s + 1).await;
+        for k in 2..4 {
+            assert_eq!(turn(100 * s + k).await, home, "session {s} turn {k}");
+        }
+        homes.insert(home);
+    }
+    // Sessions are spread over the decode pool, not pinned to one replica.
+    assert_eq!(homes.len(), 2, "{homes:?}");
     rt.shutdown().await;
 }

@@ -235,6 +235,26 @@ async fn reload_applies_good_files_and_keeps_running_on_bad_ones() {
     let m = get(addr, "/v1/models").await.unwrap().json();
     assert_eq!(m["data"].as_array().unwrap().len(), 2);
 
+    // The second pool removed: every series of its replica goes with it (requests by status,
+    // latencies, in flight, readiness), so that rollouts do not pile up series.
+    assert!(router_metrics(router.admin_addr)
+        .await
+        .contains("replica=\"s0\""));
+    std::fs::write(&path, config_yaml("tiny", &addrs[..1], "")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(addr, "/v1/models").await.unwrap().json()["data"]
+        .as_array()
+        .unwrap()
+        .len()
+        != 1
+    {
+        assert!(Instant::now() < deadline, "removal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = router_metrics(router.admin_addr).await;
+    assert!(!m.contains("replica=\"s0\""), "{m}");
+    assert!(m.contains("replica=\"r0\""), "{m}");
+
     router.shutdown().await;
     drop(sim);
     let _ = std::fs::remove_dir_all(&dir);

@@ -7,8 +7,9 @@ use super::{Chosen, StageFuture};
 use crate::body::{Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, UsageScan};
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
-use crate::metrics::{Metrics, UpstreamErrorLabels};
+use crate::metrics::Metrics;
 use crate::state::replica::ReplicaState;
+use crate::tenants::PeerAddr;
 use crate::upstream::{PooledBody, SendError};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -48,6 +49,8 @@ impl UpstreamError {
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -61,13 +64,24 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     header::UPGRADE,
 ];
 
-/// Drop hop-by-hop headers (and `host`, when asked) in place. The map is moved or cloned whole
-/// rather than rebuilt entry by entry: most messages carry none of these, and a look costs
-/// less than re-inserting every header.
+/// Drop hop-by-hop headers (and `host`, when asked) in place, with the ones `Connection` names
+/// (RFC 9110 §7.6.1: a sender may mark any header as meant for the next hop only). The map is
+/// moved or cloned whole rather than rebuilt entry by entry: most messages carry none of these,
+/// and a look costs less than re-inserting every header.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, host_too: bool) {
     let is_hop =
         |name: &HeaderName| HOP_BY_HOP.contains(name) || (host_too && name == header::HOST);
     if headers.keys().any(is_hop) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for name in &named {
+            headers.remove(name);
+        }
         for name in &HOP_BY_HOP {
             headers.remove(name);
         }
@@ -85,6 +99,15 @@ pub async fn send(
     body: Bytes,
     timeouts: &TimeoutsConfig,
 ) -> Result<Response<PooledBody>, UpstreamError> {
+    // The client's address appended to what proxies before us said (engines log it).
+    let forwarded_for = head.extensions.get::<PeerAddr>().and_then(|peer| {
+        let ip = peer.0.ip().to_string();
+        let value = match head.headers.get(X_FORWARDED_FOR).map(|v| v.to_str()) {
+            Some(Ok(before)) if !before.trim().is_empty() => format!("{before}, {ip}"),
+            _ => ip,
+        };
+        HeaderValue::from_str(&value).ok()
+    });
     let path = head
         .uri
         .path_and_query()
@@ -99,6 +122,9 @@ pub async fn send(
         strip_hop_by_hop(&mut headers, false);
         headers.remove(header::CONTENT_LENGTH);
         headers.insert(header::HOST, replica.host.clone());
+        if let Some(v) = &forwarded_for {
+            headers.insert(X_FORWARDED_FOR, v.clone());
+        }
         *req.headers_mut() = headers;
         req
     };
@@ -267,13 +293,7 @@ fn respond(
                 metrics.client_disconnects.inc();
             }
             Outcome::Failed(kind) => {
-                metrics
-                    .upstream_errors
-                    .get_or_create(&UpstreamErrorLabels {
-                        replica: inflight.replica().name.clone(),
-                        kind,
-                    })
-                    .inc();
+                metrics.upstream_error(&inflight.replica().name, kind);
             }
         }
         metrics.count(&route, status);
@@ -317,6 +337,16 @@ mod tests {
         );
         strip_hop_by_hop(&mut h, true);
         assert!(!h.contains_key(header::HOST));
+        assert_eq!(h.len(), 2);
+
+        // Headers that `Connection` names are for this hop only.
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, X-Secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("internal"));
+        strip_hop_by_hop(&mut h, false);
+        assert!(!h.contains_key("x-secret"), "{h:?}");
         assert_eq!(h.len(), 2);
     }
 }

@@ -7,7 +7,7 @@ use super::forward::UpstreamError;
 use super::{AttemptError, Chosen};
 use crate::config::HealthConfig;
 use crate::errors::{ApiError, RespBody};
-use crate::metrics::{Metrics, UpstreamErrorLabels};
+use crate::metrics::Metrics;
 use crate::state::index::SharedIndex;
 use crate::state::replica::ReplicaState;
 use http::Response;
@@ -89,13 +89,7 @@ pub struct Observed<F> {
 impl<F> Observed<F> {
     fn failed(&self, error: UpstreamError) -> AttemptError {
         let replica = &self.replica;
-        self.metrics
-            .upstream_errors
-            .get_or_create(&UpstreamErrorLabels {
-                replica: replica.name.clone(),
-                kind: error.kind(),
-            })
-            .inc();
+        self.metrics.upstream_error(&replica.name, error.kind());
         match error {
             UpstreamError::Connect(err) => {
                 let backoff = replica

@@ -73,6 +73,29 @@ pub struct Config {
     /// Session affinity for conversations and agents.
     #[serde(default)]
     pub sessions: SessionsConfig,
+    /// Leaving on SIGTERM (read at start).
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+}
+
+/// How the router leaves on SIGTERM: readiness fails at once; new connections are still
+/// accepted for `accept_ms` (load balancers and Kubernetes endpoints take a moment to stop
+/// sending); then open requests, streams too, have `drain_ms` to finish. The chart's
+/// `terminationGracePeriodSeconds` must cover both.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    pub accept_ms: u64,
+    pub drain_ms: u64,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            accept_ms: 5_000,
+            drain_ms: 45_000,
+        }
+    }
 }
 
 fn default_listen() -> SocketAddr {
@@ -270,6 +293,9 @@ pub struct LimitsConfig {
     pub max_body_bytes: usize,
     /// Output tokens assumed for load accounting when a request does not set `max_tokens`.
     pub default_max_tokens: u32,
+    /// Client connections open at once on the API listener (read at start); more are answered
+    /// 503 and closed.
+    pub max_connections: usize,
 }
 
 impl Default for LimitsConfig {
@@ -277,6 +303,7 @@ impl Default for LimitsConfig {
         Self {
             max_body_bytes: 16 << 20,
             default_max_tokens: 256,
+            max_connections: 10_000,
         }
     }
 }
@@ -294,7 +321,9 @@ pub struct TimeoutsConfig {
     pub idle_ms: u64,
     /// Reading a client's request head and body (then 408).
     pub client_ms: u64,
-    /// Keep-alive of idle pooled upstream connections.
+    /// Keep-alive of idle pooled upstream connections. Shorter than the engines' own (vLLM's
+    /// uvicorn closes idle connections after 5 s): a connection the engine is closing just as
+    /// the router reuses it fails the request with a 502.
     pub pool_idle_ms: u64,
 }
 
@@ -305,7 +334,7 @@ impl Default for TimeoutsConfig {
             header_ms: 300_000,
             idle_ms: 60_000,
             client_ms: 30_000,
-            pool_idle_ms: 90_000,
+            pool_idle_ms: 4_000,
         }
     }
 }
@@ -561,6 +590,18 @@ impl Config {
             return Err((
                 root.key("index").key("precise_max_blocks_total"),
                 "needs 0 < precise_max_blocks_per_replica <= precise_max_blocks_total".to_owned(),
+            ));
+        }
+        if self.limits.max_connections == 0 {
+            return Err((
+                root.key("limits").key("max_connections"),
+                "must be > 0".to_owned(),
+            ));
+        }
+        if self.shutdown.drain_ms == 0 {
+            return Err((
+                root.key("shutdown").key("drain_ms"),
+                "must be > 0".to_owned(),
             ));
         }
         if self.limits.max_body_bytes < 1024 {

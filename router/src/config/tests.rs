@@ -25,6 +25,9 @@ fn example_config_parses() {
     assert_eq!(c.admin.to_string(), "127.0.0.1:9090");
     assert_eq!(c.pools[0].replicas.len(), 4);
     assert_eq!(c.limits.max_body_bytes, 16 << 20);
+    // Idle upstream connections are dropped before vLLM's uvicorn drops them (5 s).
+    assert!(c.timeouts.pool_idle_ms < 5_000);
+    assert!(Config::parse(MINIMAL).unwrap().timeouts.pool_idle_ms < 5_000);
 }
 
 #[test]

@@ -66,6 +66,20 @@ pub struct Metrics {
     pub sessions: Gauge,
     pub session_affinity: Family<ResultLabels, Counter>,
     pub kv_mode: Family<ReplicaLabels, Gauge>,
+    /// Client connections of the API listener: open, and refused at `limits.max_connections`.
+    pub connections: crate::server::ConnectionCounters,
+    /// Label sets with a replica among other labels, as created: a family cannot list its
+    /// series, and a removed replica's must all go (or every rollout adds series for good).
+    replica_series: parking_lot::Mutex<ReplicaSeries>,
+}
+
+#[derive(Default)]
+struct ReplicaSeries {
+    routes: std::collections::HashSet<RouteLabels>,
+    /// Statuses other than 200 counted on any route.
+    statuses: std::collections::BTreeSet<u16>,
+    /// Kinds of upstream errors counted on any replica.
+    error_kinds: std::collections::BTreeSet<&'static str>,
 }
 
 impl Default for Metrics {
@@ -209,6 +223,17 @@ impl Metrics {
             "KV-cache events from the engines by what they did: stored, removed, cleared, and what went wrong (gap, restart, unknown_parent, malformed, undecodable)",
             kv_events.clone(),
         );
+        let connections = crate::server::ConnectionCounters::default();
+        registry.register(
+            "connections_open",
+            "Client connections open on the API listener",
+            connections.open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Client connections answered 503 and closed because limits.max_connections were open",
+            connections.refused.clone(),
+        );
         let kv_mode = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "kv_events_mode",
@@ -277,6 +302,8 @@ impl Metrics {
             sessions,
             session_affinity,
             kv_mode,
+            connections,
+            replica_series: Default::default(),
         }
     }
 
@@ -285,6 +312,17 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Count a failure talking to `replica`.
+    pub fn upstream_error(&self, replica: &str, kind: &'static str) {
+        self.replica_series.lock().error_kinds.insert(kind);
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels {
+                replica: replica.to_owned(),
+                kind,
+            })
+            .inc();
     }
 
     /// Forget a replica's series when it leaves the configuration.
@@ -296,5 +334,31 @@ impl Metrics {
         self.ready.remove(&l);
         self.prefill_per_token.remove(&l);
         self.kv_mode.remove(&l);
+        let mut series = self.replica_series.lock();
+        for &kind in &series.error_kinds {
+            self.upstream_errors.remove(&UpstreamErrorLabels {
+                replica: name.to_owned(),
+                kind,
+            });
+        }
+        let ReplicaSeries {
+            routes, statuses, ..
+        } = &mut *series;
+        routes.retain(|route| {
+            if route.replica != name {
+                return true;
+            }
+            self.request_duration.remove(route);
+            self.time_to_first_byte.remove(route);
+            for &status in std::iter::once(&200).chain(statuses.iter()) {
+                self.requests.remove(&RequestLabels {
+                    model: route.model.clone(),
+                    pool: route.pool.clone(),
+                    replica: route.replica.clone(),
+                    status,
+                });
+            }
+            false
+        });
     }
 }

@@ -17,6 +17,7 @@ pub struct RouteMetrics {
 
 impl Metrics {
     pub fn route(&self, labels: RouteLabels) -> RouteMetrics {
+        self.replica_series.lock().routes.insert(labels.clone());
         RouteMetrics {
             ok: self
                 .requests
@@ -38,6 +39,7 @@ impl Metrics {
         if status == 200 {
             route.ok.inc();
         } else {
+            self.replica_series.lock().statuses.insert(status);
             self.requests
                 .get_or_create(&RequestLabels {
                     model: route.labels.model.clone(),

@@ -267,13 +267,15 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
     let serve_options = crate::server::ServeOptions {
         header_read: options.timeouts.client,
         drain: options.drain,
+        max_connections: crate::config::LimitsConfig::default().max_connections,
+        counters: None,
     };
     let tasks = vec![
         tokio::spawn(crate::server::serve(
             api_listener,
             proxy::service(shared),
             shutdown_rx.clone(),
-            serve_options,
+            serve_options.clone(),
         )),
         tokio::spawn(crate::server::serve(
             admin_listener,

@@ -271,7 +271,14 @@ fn mark(replica: &ReplicaState, metrics: &Metrics, mode: KvMode) {
 fn forget(replica: &ReplicaState, precise: &SharedPrecise, metrics: &Metrics) {
     precise.lock().remove_replica(replica.id);
     *replica.kv.lock() = KvStatus::default();
-    set_mode(replica, metrics, KvMode::Off);
+    // Only a series that exists: a replica removed from the configuration has lost its series,
+    // and its subscription ending after that must not bring one back.
+    let labels = ReplicaLabels {
+        replica: replica.name.clone(),
+    };
+    if let Some(mode) = metrics.kv_mode.get(&labels) {
+        mode.set(0);
+    }
 }
 
 struct Forget {

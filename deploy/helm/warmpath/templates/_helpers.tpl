@@ -89,6 +89,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- $sessions := deepCopy (default (dict) (get $cfg "sessions")) }}
 {{- if not (hasKey $sessions "key_file") }}{{ $_ := set $sessions "key_file" "/var/run/warmpath/session-key/key" }}{{ end }}
 {{- $_ := set $cfg "sessions" $sessions }}
+{{- /* Leaving: accepting for 5 s after SIGTERM (endpoints take a moment to drop the pod),
+then draining for what is left of the grace period but 5 s. */}}
+{{- $grace := int .Values.router.terminationGracePeriodSeconds }}
+{{- $shutdown := deepCopy (default (dict) (get $cfg "shutdown")) }}
+{{- if not (hasKey $shutdown "accept_ms") }}{{ $_ := set $shutdown "accept_ms" 5000 }}{{ end }}
+{{- if not (hasKey $shutdown "drain_ms") }}{{ $_ := set $shutdown "drain_ms" (mul (max 1 (sub $grace 10)) 1000) }}{{ end }}
+{{- if ge (add (int $shutdown.accept_ms) (int $shutdown.drain_ms)) (mul $grace 1000) }}
+{{- fail (printf "router.config.shutdown: accept_ms + drain_ms (%v ms) must be shorter than router.terminationGracePeriodSeconds (%v s), or the kubelet kills open streams" (add (int $shutdown.accept_ms) (int $shutdown.drain_ms)) $grace) }}
+{{- end }}
+{{- $_ := set $cfg "shutdown" $shutdown }}
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}

@@ -77,6 +77,11 @@ impl DiscoveryStatus {
     pub fn error(&self) -> Option<String> {
         self.error.lock().clone()
     }
+
+    /// A watch failed before the first full list.
+    pub(crate) fn failed(&self, error: String) {
+        *self.error.lock() = Some(error);
+    }
 }
 
 /// Changes arriving within this window after the first are applied together: a rollout that
@@ -270,7 +275,7 @@ pub(crate) async fn run(
                 Signal::Error(e) => {
                     metrics.watch_errors.inc();
                     if !status.synced() {
-                        *status.error.lock() = Some(e.clone());
+                        status.failed(e.clone());
                     }
                     if last_error_log.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
                         last_error_log = Some(Instant::now());

@@ -1,0 +1,128 @@
+//! What a client connection may hold, and how the router leaves: silent or half-spoken
+//! connections closed after the client timeout, a connection cap answered with 503, and a
+//! drain that fails readiness first, keeps accepting for a while, and lets open streams finish.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Read until the server closes or `limit` passes: what was read, and whether it closed.
+async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (out, false),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_half_spoken_connections_are_closed_after_the_client_timeout() {
+    let s = Setup::new(&["--timing", "zero"], "timeouts:\n  client_ms: 300\n").await;
+    wait_ready(s.router.admin_addr).await;
+    for opening in [
+        &b""[..],
+        b"PRI * HTTP/2.0\r\n",
+        b"POST /v1/completions HTTP/1.1\r\n",
+    ] {
+        let mut c = TcpStream::connect(s.router.addr).await.unwrap();
+        c.write_all(opening).await.unwrap();
+        let started = Instant::now();
+        let (_, closed) = read_until_closed(&mut c, Duration::from_secs(5)).await;
+        assert!(
+            closed,
+            "held open for {:?} after {:?}",
+            started.elapsed(),
+            String::from_utf8_lossy(opening)
+        );
+    }
+    let r = post(
+        s.router.addr,
+        "/v1/completions",
+        &completion("still here", 1),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_answered_503_and_slots_come_back() {
+    let s = Setup::new(&["--timing", "zero"], "limits:\n  max_connections: 2\n").await;
+    wait_ready(s.router.admin_addr).await;
+    let a = TcpStream::connect(s.router.addr).await.unwrap();
+    let b = TcpStream::connect(s.router.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = TcpStream::connect(s.router.addr).await.unwrap();
+    let (answer, closed) = read_until_closed(&mut c, Duration::from_secs(5)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(closed, "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("\"code\":\"too_many_connections\""),
+        "{answer}"
+    );
+    assert!(answer.contains("retry-after: 1"), "{answer}");
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_connections_refused_total", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "warmpath_connections_open", &[]), 2.0, "{m}");
+    drop((a, b));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = send(
+            s.router.addr,
+            "POST",
+            "/v1/completions",
+            &[],
+            completion("after", 1),
+        )
+        .await;
+        if matches!(&r, Ok(r) if r.status == 200) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot came back: {r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_fails_readiness_first_keeps_accepting_then_lets_streams_finish() {
+    // Decode steps of 20 ms: a 60-token stream takes over a second.
+    let mut sim = sim(&["--decode-base-ms", "20"]).await;
+    let extra = "shutdown:\n  accept_ms: 600\n  drain_ms: 10000\n";
+    let router = router(&config_yaml("tiny", &sim.addrs(), extra)).await;
+    wait_ready(router.admin_addr).await;
+    let (addr, admin) = (router.addr, router.admin_addr);
+    let body = serde_json::json!({"model": "tiny", "prompt": "a long answer", "max_tokens": 60,
+        "stream": true})
+    .to_string();
+    let long = tokio::spawn(async move { send(addr, "POST", "/v1/completions", &[], body).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let leaving = tokio::spawn(router.drain());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Not ready at once, so that load balancers stop sending…
+    let ready = get(admin, "/readyz").await.unwrap();
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    // …while what they still send on new connections is served.
+    let r = post(addr, "/v1/completions", &completion("one more", 1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The stream that was open finishes whole.
+    let r = long.await.unwrap().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("[DONE]"), "{}", r.body);
+    leaving.await.unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
+    sim.shutdown();
+}
