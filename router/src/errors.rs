@@ -156,6 +156,24 @@ impl ApiError {
             format!("Replica `{replica}` failed: {detail}."),
         )
     }
+    /// A replica answered 502/503 and no other could take the request.
+    pub fn upstream_unavailable(replica: &str, status: StatusCode) -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    status
+                } else {
+                    StatusCode::BAD_GATEWAY
+                },
+                "upstream_error",
+                "replica_unavailable",
+                format!(
+                    "Replica {replica} answered {status} and no other replica could take the request."
+                ),
+            )
+        }
+    }
     pub fn upstream_timeout(replica: &str) -> Self {
         Self::new(
             StatusCode::GATEWAY_TIMEOUT,

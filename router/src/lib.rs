@@ -161,6 +161,7 @@ pub async fn start_with(
         header_read: config.timeouts.client(),
         drain: Duration::from_millis(config.shutdown.drain_ms),
         max_connections: config.limits.max_connections,
+        write_stall: Duration::from_millis(config.timeouts.write_stall_ms),
         counters: Some(metrics.connections.clone()),
     };
     // The admin listener answers probes and scrapes: a few connections, never counted as

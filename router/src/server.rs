@@ -37,6 +37,9 @@ pub struct ServeOptions {
     pub drain: Duration,
     /// Connections open at once; more are answered 503 and closed.
     pub max_connections: usize,
+    /// Longest a write to the client may wait (a client that stops reading): the connection
+    /// is closed, which ends its requests and frees their replicas.
+    pub write_stall: Duration,
     /// Counted here when given (the API listener's).
     pub counters: Option<ConnectionCounters>,
 }
@@ -99,7 +102,7 @@ pub async fn serve<S>(
                 let _ = stream.set_nodelay(true);
                 let service = ConnService(RefCell::new(service.clone()), PeerAddr(peer));
                 let (builder, watcher, open) = (builder.clone(), graceful.watcher(), counters.open.clone());
-                let header_read = options.header_read;
+                let (header_read, write_stall) = (options.header_read, options.write_stall);
                 tokio::spawn(async move {
                     let _slot = slot;
                     open.inc();
@@ -109,6 +112,7 @@ pub async fn serve<S>(
                     if !speaks(&stream, header_read).await {
                         return;
                     }
+                    let stream = StallGuard::new(stream, write_stall);
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
                     if let Err(e) = watcher.watch(conn.into_owned()).await {
                         tracing::debug!(error = %e, "connection ended with an error");
@@ -124,6 +128,99 @@ pub async fn serve<S>(
         _ = tokio::time::sleep(options.drain) => {
             tracing::warn!("connections still open after the drain time; closing");
         }
+    }
+}
+
+/// A connection whose writes fail once one has waited longer than `limit`: a client that stops
+/// reading (its receive window full) would otherwise hold its requests, their replicas' slots
+/// and the router's buffers for as long as it likes. Reads pass through untouched.
+struct StallGuard {
+    inner: TcpStream,
+    limit: Duration,
+    /// Armed when a write could not proceed; cleared by one that did.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl StallGuard {
+    fn new(inner: TcpStream, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// After a write returned `Pending`: an error once the stall has lasted `limit`.
+    fn on_pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {limit:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for StallGuard {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for StallGuard {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => self.on_pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => self.on_pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => self.on_pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -126,3 +126,51 @@ async fn leaving_fails_readiness_first_keeps_accepting_then_lets_streams_finish(
     assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
     sim.shutdown();
 }
+
+/// A client that asks for a long stream and stops reading: once the router's writes to it have
+/// waited `timeouts.write_stall_ms`, the connection is closed, which ends the request and frees
+/// the replica's slot, however long the client keeps its socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_let_go_and_its_replica_freed() {
+    let s = Setup::new(
+        &["--timing", "zero", "--max-model-len", "100000"],
+        "timeouts:\n  write_stall_ms: 300\n",
+    )
+    .await;
+    wait_ready(s.router.admin_addr).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    // A small window, so that the answer backs up into the router quickly.
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut c = socket.connect(s.router.addr).await.unwrap();
+    let body = serde_json::json!({"model": "tiny", "prompt": "go on", "max_tokens": 60000,
+        "stream": true, "ignore_eos": true})
+    .to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: r\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    c.write_all(body.as_bytes()).await.unwrap();
+    // The client reads nothing from here on, and keeps its socket open.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen_busy = false;
+    loop {
+        let m = router_metrics(s.router.admin_addr).await;
+        let inflight = metric(&m, "warmpath_inflight_requests", &[("replica", "r0")]);
+        seen_busy |= inflight > 0.0;
+        if seen_busy
+            && inflight == 0.0
+            && metric(&m, "warmpath_client_disconnects_total", &[]) >= 1.0
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client still holds r0: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(c);
+    s.stop().await;
+}

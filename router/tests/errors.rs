@@ -208,3 +208,142 @@ async fn unreachable_replicas_give_502_then_503() {
     assert_eq!(health.status, 503, "{}", health.body);
     router.shutdown().await;
 }
+
+/// A router (with `extra` configuration, no scraping) over `r0`, a recording server answering
+/// `bad`, and `r1`, one answering every completion: the bad one's recorder and address.
+async fn bad_and_good(
+    bad: fn(usize) -> (u16, String),
+    extra: &str,
+) -> (
+    warmpath_testkit::Recorder,
+    SocketAddr,
+    warmpath_router::RouterHandle,
+) {
+    let rec = warmpath_testkit::Recorder::default();
+    let b = rec.start(bad, Duration::ZERO).await;
+    let g = warmpath_testkit::Recorder::default()
+        .start(warmpath_testkit::completion_answer, Duration::ZERO)
+        .await;
+    let yaml = config_yaml("tiny", &[b, g], extra)
+        .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    (rec, b, router(&yaml).await)
+}
+
+/// An engine that answers 503 (it cannot take the request) has computed nothing: the request
+/// goes to another replica and the client never sees the 503. When every replica answers so,
+/// the last one's answer is the client's, as it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_from_an_engine_is_retried_on_another_replica() {
+    fn busy(_: usize) -> (u16, String) {
+        (503, r#"{"error":{"message":"engine busy"}}"#.to_owned())
+    }
+    let (bad, b, rt) = bad_and_good(busy, "").await;
+    for i in 0..12 {
+        let r = post(rt.addr, "/v1/completions", &completion(&format!("q{i}"), 1)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.replica(), "r1");
+    }
+    assert!(
+        !bad.requests().is_empty(),
+        "the busy engine was never tried"
+    );
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_retries_total", &[("reason", "unavailable")]),
+        bad.requests().len() as f64,
+        "{m}"
+    );
+    rt.shutdown().await;
+
+    // Every replica busy: the engine's own 503 reaches the client.
+    let other = warmpath_testkit::Recorder::default();
+    let o = other.start(busy, Duration::ZERO).await;
+    let yaml = config_yaml("tiny", &[b, o], "")
+        .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    let rt = router(&yaml).await;
+    let r = post(rt.addr, "/v1/completions", &completion("anyone", 1)).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("engine busy"), "{}", r.body);
+    rt.shutdown().await;
+}
+
+/// A replica that answers every request with a 500 stays up (it accepts connections) but is
+/// ejected after a run of failures, as Envoy's outlier detection would, while the other keeps
+/// serving; the failures themselves reach their clients as they came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_failing_every_answer_is_ejected_after_a_run() {
+    fn broken(_: usize) -> (u16, String) {
+        (500, r#"{"error":{"message":"engine crashed"}}"#.to_owned())
+    }
+    let (bad, _, rt) = bad_and_good(
+        broken,
+        "health:\n  eject_base_ms: 60000\n  eject_max_ms: 60000\n",
+    )
+    .await;
+    let mut failed = 0;
+    for i in 0..40 {
+        let r = post(rt.addr, "/v1/completions", &completion(&format!("q{i}"), 1)).await;
+        match r.status {
+            200 => assert_eq!(r.replica(), "r1"),
+            500 => {
+                failed += 1;
+                assert!(r.body.contains("engine crashed"), "{}", r.body);
+            }
+            s => panic!("{s}: {}", r.body),
+        }
+    }
+    assert_eq!(
+        failed, 5,
+        "five failures in a row eject, and then no more reach it"
+    );
+    assert_eq!(bad.requests().len(), 5);
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r1")]),
+        1.0,
+        "{m}"
+    );
+    rt.shutdown().await;
+}
+
+/// A replica that drops the connection mid-stream: the client's stream ends with an error
+/// event in OpenAI's shape and `[DONE]` on a cleanly ended response, not a cut connection; the
+/// router serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_broken_midway_ends_with_an_error_event() {
+    let s = Setup::new(
+        &["--fault", "drop-mid-stream", "--drop-after-chunks", "3"],
+        "",
+    )
+    .await;
+    let body = serde_json::json!({"model": "tiny", "prompt": "tell a long story", "max_tokens": 40,
+        "stream": true})
+    .to_string();
+    let r = send(s.router.addr, "POST", "/v1/completions", &[], body.clone())
+        .await
+        .expect("a complete response, not a transport error");
+    assert_eq!(r.status, 200);
+    assert!(r.body.starts_with("data: "), "{}", r.body);
+    assert!(r.body.contains("\"code\":\"stream_broken\""), "{}", r.body);
+    assert!(r.body.trim_end().ends_with("data: [DONE]"), "{}", r.body);
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_upstream_errors_total", &[("kind", "body")]),
+        1.0,
+        "{m}"
+    );
+    // The replica mended, the next stream is whole.
+    let r = post(s.replica_addr("r0"), "/admin/faults", r#"{"clear": true}"#).await;
+    assert_eq!(r.status, 200);
+    let r = send(s.router.addr, "POST", "/v1/completions", &[], body)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(!r.body.contains("stream_broken"), "{}", r.body);
+    s.stop().await;
+}

@@ -4,7 +4,9 @@
 //! in-flight counters, the admission permit).
 
 use super::{Chosen, StageFuture};
-use crate::body::{Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, UsageScan};
+use crate::body::{
+    Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, SseError, UsageScan,
+};
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
 use crate::metrics::Metrics;
@@ -303,7 +305,16 @@ fn respond(
         drop(permit);
     };
     let body = Accounting::new(FirstChunk::new(counted, on_first), body_error_kind, on_end);
-    *resp.body_mut() = body.boxed_unsync();
+    let event_stream = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    *resp.body_mut() = if event_stream {
+        SseError::new(body).boxed_unsync()
+    } else {
+        body.boxed_unsync()
+    };
     resp
 }
 

@@ -154,6 +154,18 @@ pub enum AttemptError {
     /// The replica refused the connection: nothing was sent, another may be tried.
     #[error("{error}")]
     Refused { replica: ReplicaId, error: ApiError },
+    /// The replica answered 502 or 503 (an engine that cannot take the request, or a proxy in
+    /// front of one that is gone): nothing has reached the client, another may be tried; when
+    /// none is, this answer is the client's.
+    #[error("replica {name} answered {status}")]
+    Unavailable {
+        replica: ReplicaId,
+        name: String,
+        status: http::StatusCode,
+        /// In a mutex only so that the error is `Sync`, as tower's boxed errors must be; it is
+        /// only ever taken whole.
+        response: Box<std::sync::Mutex<Response<RespBody>>>,
+    },
     /// Anything else: final.
     #[error("{0}")]
     Failed(ApiError),
@@ -165,6 +177,9 @@ impl AttemptError {
             AttemptError::NoReplica(e)
             | AttemptError::Refused { error: e, .. }
             | AttemptError::Failed(e) => e,
+            AttemptError::Unavailable { name, status, .. } => {
+                ApiError::upstream_unavailable(&name, status)
+            }
         }
     }
 }
@@ -208,7 +223,10 @@ where
         .layer(read_body::ReadBodyLayer)
         .layer(parse::ParseLayer)
         .layer(admission::AdmissionLayer::new(parts.admission.clone()))
-        .layer(retry::RetryLayer::default())
+        .layer(retry::RetryLayer::new(
+            retry::MAX_ATTEMPTS,
+            parts.metrics.clone(),
+        ))
         .layer(choose.clone())
         .layer(pd::PdLayer::new(choose.state(), parts.metrics.clone()))
         .layer(passive_health::PassiveHealthLayer::new(

@@ -1,7 +1,11 @@
-//! Passive health: what forwarding tells about a replica. A refused connection ejects it for a
-//! backoff (see `crate::state::health`) and forgets its index entries (a replica that refuses
-//! connections has likely restarted, with an empty cache), and the attempt may be retried
-//! elsewhere; an answer clears a past ejection. Every upstream failure is counted by kind.
+//! Passive health: what forwarding tells about a replica. A refused or unreachable connection
+//! ejects it for a backoff (see `crate::state::health`) and forgets its index entries (a replica
+//! that refuses connections has likely restarted, with an empty cache), and the attempt may be
+//! retried elsewhere. Failed answers (5xx, no head in time, resets, connections that time out)
+//! eject it after a run of them, unless half its pool is out already; a good answer clears all
+//! that. A connection this process could not open (out of file descriptors, ports, buffers) says
+//! nothing about the replica: it is retried elsewhere and changes no health. Every upstream
+//! failure is counted by kind.
 
 use super::forward::UpstreamError;
 use super::{AttemptError, Chosen};
@@ -66,11 +70,25 @@ where
 
     fn call(&mut self, chosen: Chosen) -> Self::Future {
         let replica = chosen.routed.candidate.replica.clone();
-        let health = chosen.request.ctx().table.config.health;
+        let table = &chosen.request.ctx().table;
+        let health = table.config.health;
+        // At most half the replicas serving the model out on outlier ejections, so that a bad
+        // request pattern or an upstream outage cannot eject the whole fleet.
+        let may_eject = table
+            .candidates(&chosen.request.features().model)
+            .is_some_and(|all| {
+                let now = Instant::now();
+                let out = all
+                    .iter()
+                    .filter(|c| !c.replica.health.is_ready(now))
+                    .count();
+                2 * (out + 1) <= all.len()
+            });
         Observed {
             inner: self.inner.call(chosen),
             replica,
             health,
+            may_eject,
             index: self.index.clone(),
             metrics: self.metrics.clone(),
         }
@@ -82,6 +100,7 @@ pub struct Observed<F> {
     inner: F,
     replica: Arc<ReplicaState>,
     health: HealthConfig,
+    may_eject: bool,
     index: SharedIndex,
     metrics: Arc<Metrics>,
 }
@@ -89,9 +108,13 @@ pub struct Observed<F> {
 impl<F> Observed<F> {
     fn failed(&self, error: UpstreamError) -> AttemptError {
         let replica = &self.replica;
-        self.metrics.upstream_error(&replica.name, error.kind());
-        match error {
-            UpstreamError::Connect(err) => {
+        let kind = match &error {
+            UpstreamError::Connect(e) => connect_failure(e),
+            other => other.kind(),
+        };
+        self.metrics.upstream_error(&replica.name, kind);
+        match (error, kind) {
+            (UpstreamError::Connect(err), "connect") => {
                 let backoff = replica
                     .health
                     .on_connect_error(&self.health, Instant::now());
@@ -102,12 +125,37 @@ impl<F> Observed<F> {
                     error: ApiError::upstream_connect(&replica.name, err),
                 }
             }
-            UpstreamError::Timeout(_) => {
+            (UpstreamError::Connect(err), kind) => {
+                if kind == "connect_timeout" {
+                    self.answer_failed();
+                } else {
+                    tracing::warn!(replica = %replica.name, error = %err, "could not open a connection here (not the replica's fault)");
+                }
+                AttemptError::Refused {
+                    replica: replica.id,
+                    error: ApiError::upstream_connect(&replica.name, err),
+                }
+            }
+            (UpstreamError::Timeout(_), _) => {
+                self.answer_failed();
                 AttemptError::Failed(ApiError::upstream_timeout(&replica.name))
             }
-            UpstreamError::Other(err) => {
+            (UpstreamError::Other(err), _) => {
+                self.answer_failed();
                 AttemptError::Failed(ApiError::upstream_failed(&replica.name, err))
             }
+        }
+    }
+
+    /// One more failed answer from the replica; a run of them ejects it.
+    fn answer_failed(&self) {
+        let replica = &self.replica;
+        if let Some(backoff) =
+            replica
+                .health
+                .on_failure(&self.health, Instant::now(), self.may_eject)
+        {
+            tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
         }
     }
 }
@@ -121,11 +169,81 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match Pin::new(&mut self.inner).poll(cx) {
             Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(resp))
+                if matches!(
+                    resp.status(),
+                    http::StatusCode::BAD_GATEWAY | http::StatusCode::SERVICE_UNAVAILABLE
+                ) =>
+            {
+                self.metrics
+                    .upstream_error(&self.replica.name, "unavailable");
+                self.answer_failed();
+                Poll::Ready(Err(AttemptError::Unavailable {
+                    replica: self.replica.id,
+                    name: self.replica.name.clone(),
+                    status: resp.status(),
+                    response: Box::new(std::sync::Mutex::new(resp)),
+                }))
+            }
+            Poll::Ready(Ok(resp)) if resp.status().is_server_error() => {
+                // Passed on as it came (a 500 may be this request's fault too, so it is not
+                // tried again), but counted against the replica.
+                self.answer_failed();
+                Poll::Ready(Ok(resp))
+            }
             Poll::Ready(Ok(resp)) => {
                 self.replica.health.on_success();
                 Poll::Ready(Ok(resp))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(self.failed(e))),
         }
+    }
+}
+
+/// What a failed connect says: `connect` (the replica's host refused or cannot be reached: it is
+/// down), `connect_timeout` (no answer in time: counts against the replica like a failed
+/// answer), `local` (this process could not open a socket: out of descriptors, ports, memory).
+fn connect_failure(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused | ConnectionReset | ConnectionAborted | HostUnreachable
+        | NetworkUnreachable | NotConnected => "connect",
+        TimedOut => "connect_timeout",
+        // AddrNotAvailable (no local port left), EMFILE, ENFILE, ENOBUFS and the like.
+        _ => "local",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connect_failure;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn only_the_replicas_connect_failures_count_against_it() {
+        assert_eq!(
+            connect_failure(&ErrorKind::ConnectionRefused.into()),
+            "connect"
+        );
+        assert_eq!(
+            connect_failure(&ErrorKind::HostUnreachable.into()),
+            "connect"
+        );
+        assert_eq!(
+            connect_failure(&ErrorKind::TimedOut.into()),
+            "connect_timeout"
+        );
+        // EMFILE, ENFILE, ENOBUFS: this process ran out, not the replica.
+        for errno in [24, 23, 105] {
+            assert_eq!(
+                connect_failure(&Error::from_raw_os_error(errno)),
+                "local",
+                "{errno}"
+            );
+        }
+        assert_eq!(
+            connect_failure(&ErrorKind::AddrNotAvailable.into()),
+            "local"
+        );
     }
 }

@@ -1,41 +1,55 @@
 //! Retry within a budget, only where it is safe: a replica that refused the connection was sent
-//! nothing, so the request goes to another replica (the refused one excluded). Anything that
-//! may have reached a replica is final: a retry could run a generation twice. The client's
-//! first byte is never at stake, because the response head is only returned once a replica
-//! answered.
+//! nothing, and one that answered 502 or 503 has computed nothing (an engine that cannot take
+//! the request, or a proxy in front of one that is gone), so the request goes to another replica
+//! (those excluded). Anything else that may have reached a replica is final: a retry could run a
+//! generation twice. The client's first byte is never at stake, because the response head is
+//! only returned once a replica answered, and a 502/503 answer is held back until no other
+//! replica can be tried.
 //!
-//! tower's [`tower::retry::Retry`] runs the loop; [`RetryRefused`] is the policy.
+//! tower's [`tower::retry::Retry`] runs the loop; [`RetrySafe`] is the policy. Retries draw on a
+//! budget shared by all requests (tower's [`TpsBudget`]: every request deposits, a retry
+//! withdraws), so when the whole fleet fails, retries add at most a fifth to the load plus a
+//! trickle, instead of doubling it.
 
 use super::{Admitted, Attempt, AttemptError};
 use crate::errors::{ApiError, RespBody};
+use crate::metrics::{Metrics, ReasonLabels};
 use futures_util::future::MapErr;
 use futures_util::TryFutureExt;
 use http::Response;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::{Policy, Retry};
 use tower::{Layer, Service};
 
-/// Replicas tried per request when connections are refused.
+/// Replicas tried per request when connections are refused or answers are 502/503.
 pub const MAX_ATTEMPTS: usize = 2;
 
-#[derive(Debug, Clone, Copy)]
-pub struct RetryLayer {
-    attempts: usize,
+/// The retry budget: each request's deposit counts for 10 s; retries may be a fifth of the
+/// requests, and at least 10 a second (so that a quiet router still retries a lone refusal).
+fn budget() -> TpsBudget {
+    TpsBudget::new(Duration::from_secs(10), 10, 0.2)
 }
 
-impl Default for RetryLayer {
-    fn default() -> Self {
-        Self {
-            attempts: MAX_ATTEMPTS,
-        }
-    }
+#[derive(Clone)]
+pub struct RetryLayer {
+    attempts: usize,
+    budget: Arc<TpsBudget>,
+    metrics: Arc<Metrics>,
 }
 
 impl RetryLayer {
-    pub fn new(attempts: usize) -> Self {
+    pub fn new(attempts: usize, metrics: Arc<Metrics>) -> Self {
+        Self::with_budget(attempts, budget(), metrics)
+    }
+
+    pub fn with_budget(attempts: usize, budget: TpsBudget, metrics: Arc<Metrics>) -> Self {
         Self {
             attempts: attempts.max(1),
+            budget: Arc::new(budget),
+            metrics,
         }
     }
 }
@@ -44,46 +58,96 @@ impl<S> Layer<S> for RetryLayer {
     type Service = RetryService<S>;
     fn layer(&self, inner: S) -> RetryService<S> {
         RetryService {
-            inner: Retry::new(RetryRefused::new(self.attempts), inner),
+            inner: Retry::new(
+                RetrySafe::new(self.attempts, self.budget.clone(), self.metrics.clone()),
+                inner,
+            ),
+            budget: self.budget.clone(),
         }
     }
 }
 
-/// Retry after a refused connection, at most `attempts` tries in all. When no replica is left
-/// after a refusal, the refusal is the answer (it says more than "no ready replica").
-#[derive(Debug, Clone)]
-pub struct RetryRefused {
+/// Retry after a refused connection or a 502/503 answer, at most `attempts` tries in all and
+/// while the budget allows. When no replica is left, the refusal or the replica's own answer is
+/// the client's (it says more than "no ready replica").
+#[derive(Clone)]
+pub struct RetrySafe {
     remaining: usize,
-    last_refusal: Option<ApiError>,
+    budget: Arc<TpsBudget>,
+    metrics: Arc<Metrics>,
+    /// What the last retried try ended with, for when no replica is left.
+    last: Option<ApiError>,
 }
 
-impl RetryRefused {
-    pub fn new(attempts: usize) -> Self {
+impl RetrySafe {
+    pub fn new(attempts: usize, budget: Arc<TpsBudget>, metrics: Arc<Metrics>) -> Self {
         Self {
             remaining: attempts,
-            last_refusal: None,
+            budget,
+            metrics,
+            last: None,
         }
+    }
+
+    /// Whether another try may go, counting it.
+    fn another(&mut self, reason: &'static str) -> bool {
+        self.remaining = self.remaining.saturating_sub(1);
+        if self.remaining == 0 {
+            return false;
+        }
+        if !self.budget.withdraw() {
+            self.count("budget_exhausted");
+            return false;
+        }
+        self.count(reason);
+        true
+    }
+
+    fn count(&self, reason: &'static str) {
+        self.metrics
+            .retries
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 }
 
-impl<Res> Policy<Attempt, Res, AttemptError> for RetryRefused {
+impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
     type Future = std::future::Ready<()>;
 
     fn retry(
         &mut self,
         attempt: &mut Attempt,
-        result: &mut Result<Res, AttemptError>,
+        result: &mut Result<Response<RespBody>, AttemptError>,
     ) -> Option<Self::Future> {
         match result {
             Err(AttemptError::Refused { replica, error }) => {
                 attempt.exclude.push(*replica);
-                self.last_refusal = Some(error.clone());
-                self.remaining = self.remaining.saturating_sub(1);
-                (self.remaining > 0).then(|| std::future::ready(()))
+                self.last = Some(error.clone());
+                self.another("refused").then(|| std::future::ready(()))
+            }
+            Err(AttemptError::Unavailable {
+                replica,
+                name,
+                status,
+                response,
+            }) => {
+                if !self.another("unavailable") {
+                    // The replica's own answer, as it came.
+                    let response = std::mem::replace(
+                        response.get_mut().unwrap_or_else(|p| p.into_inner()),
+                        Response::new(crate::errors::full_body("")),
+                    );
+                    *result = Ok(response);
+                    return None;
+                }
+                let (replica, status, name) = (*replica, *status, name.clone());
+                attempt.exclude.push(replica);
+                self.last = Some(ApiError::upstream_unavailable(&name, status));
+                Some(std::future::ready(()))
             }
             Err(AttemptError::NoReplica(_)) => {
-                if let Some(refusal) = self.last_refusal.take() {
-                    *result = Err(AttemptError::Failed(refusal));
+                if let Some(last) = self.last.take() {
+                    *result = Err(AttemptError::Failed(last));
                 }
                 None
             }
@@ -98,7 +162,8 @@ impl<Res> Policy<Attempt, Res, AttemptError> for RetryRefused {
 
 #[derive(Clone)]
 pub struct RetryService<S> {
-    inner: Retry<RetryRefused, S>,
+    inner: Retry<RetrySafe, S>,
+    budget: Arc<TpsBudget>,
 }
 
 impl<S> Service<Admitted> for RetryService<S>
@@ -112,13 +177,14 @@ where
     type Response = Response<RespBody>;
     type Error = ApiError;
     type Future =
-        MapErr<<Retry<RetryRefused, S> as Service<Attempt>>::Future, fn(AttemptError) -> ApiError>;
+        MapErr<<Retry<RetrySafe, S> as Service<Attempt>>::Future, fn(AttemptError) -> ApiError>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ApiError>> {
         self.inner.poll_ready(cx).map_err(AttemptError::into_api)
     }
 
     fn call(&mut self, admitted: Admitted) -> Self::Future {
+        self.budget.deposit();
         let attempt = Attempt {
             request: Arc::new(admitted),
             exclude: Vec::new(),

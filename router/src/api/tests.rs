@@ -100,8 +100,20 @@ async fn retry_run(
     Vec<Vec<ReplicaId>>,
     bool,
 ) {
+    let layer = RetryLayer::new(attempts, Arc::new(Metrics::new()));
+    retry_run_with(layer, replies).await
+}
+
+async fn retry_run_with(
+    layer: RetryLayer,
+    replies: Vec<Result<Response<RespBody>, AttemptError>>,
+) -> (
+    Result<Response<RespBody>, ApiError>,
+    Vec<Vec<ReplicaId>>,
+    bool,
+) {
     let (inner, mut handle) = mock::pair::<Attempt, Response<RespBody>>();
-    let svc = RetryLayer::new(attempts).layer(typed::<_, AttemptError>(inner));
+    let svc = layer.layer(typed::<_, AttemptError>(inner));
     let answer = tokio::spawn(svc.oneshot(admitted(&table(3))));
     let mut excluded = Vec::new();
     for reply in replies {
@@ -140,6 +152,81 @@ async fn retry_stops_at_its_budget_and_reports_the_refusal_over_no_replica() {
     let no_replica = AttemptError::NoReplica(ApiError::no_ready_replica("tiny"));
     let (answer, _, _) = retry_run(2, vec![Err(refused(0)), Err(no_replica)]).await;
     assert_eq!(answer.unwrap_err().code, "upstream_connect_error");
+}
+
+fn unavailable(replica: ReplicaId, status: StatusCode) -> AttemptError {
+    let mut response = Response::new(crate::errors::full_body("{\"error\":\"busy\"}"));
+    *response.status_mut() = status;
+    AttemptError::Unavailable {
+        replica,
+        name: format!("r{replica}"),
+        status,
+        response: Box::new(std::sync::Mutex::new(response)),
+    }
+}
+
+#[tokio::test]
+async fn a_502_or_503_answer_is_tried_elsewhere_and_passed_on_when_nothing_is_left() {
+    let (answer, excluded, more) = retry_run(
+        2,
+        vec![
+            Err(unavailable(0, StatusCode::SERVICE_UNAVAILABLE)),
+            Ok(ok()),
+        ],
+    )
+    .await;
+    assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    assert_eq!(excluded, vec![vec![], vec![0]]);
+    assert!(!more);
+    // Every try answered 503: the last replica's own answer goes to the client.
+    let (answer, _, more) = retry_run(
+        2,
+        vec![
+            Err(unavailable(0, StatusCode::SERVICE_UNAVAILABLE)),
+            Err(unavailable(1, StatusCode::BAD_GATEWAY)),
+        ],
+    )
+    .await;
+    let resp = answer.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], b"{\"error\":\"busy\"}");
+    assert!(!more);
+    // 503, then no replica left: a 503 of the router's naming the replica that answered.
+    let no_replica = AttemptError::NoReplica(ApiError::no_ready_replica("tiny"));
+    let (answer, _, _) = retry_run(
+        2,
+        vec![
+            Err(unavailable(0, StatusCode::SERVICE_UNAVAILABLE)),
+            Err(no_replica),
+        ],
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert_eq!(
+        (e.status, e.code),
+        (StatusCode::SERVICE_UNAVAILABLE, "replica_unavailable")
+    );
+    assert!(e.message.contains("r0"), "{e}");
+}
+
+#[tokio::test]
+async fn retries_stop_when_the_budget_is_spent() {
+    // A budget that allows nothing: the first answer is final, and the metric says why.
+    let metrics = Arc::new(Metrics::new());
+    let empty = tower::retry::budget::TpsBudget::new(std::time::Duration::from_secs(1), 0, 0.0);
+    let layer = RetryLayer::with_budget(3, empty, metrics.clone());
+    let (answer, _, more) = retry_run_with(layer, vec![Err(refused(0))]).await;
+    assert_eq!(answer.unwrap_err().code, "upstream_connect_error");
+    assert!(!more, "no retry without budget");
+    let text = metrics.encode();
+    assert!(
+        text.contains("warmpath_retries_total{reason=\"budget_exhausted\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -6,14 +6,17 @@
 //! `Accounting<FirstChunk<UsageScan<IdleTimeout<PooledBody>>>>`, innermost first: the pooled
 //! connection is handed back at the end, a silent replica is cut, the output tokens are counted
 //! for flow control, the first chunk times TTFT, and the end (or drop) settles the request's
-//! metrics, in-flight counters and admission permit.
+//! metrics, in-flight counters and admission permit. Around a streamed answer, [`SseError`]
+//! turns a break midway into a last error event and a clean end.
 
 mod accounting;
 mod first_chunk;
 mod idle;
+mod sse_error;
 pub mod usage;
 
 pub use accounting::{Accounting, Outcome};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
+pub use sse_error::SseError;
 pub use usage::UsageScan;

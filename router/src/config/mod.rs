@@ -325,6 +325,9 @@ pub struct TimeoutsConfig {
     /// uvicorn closes idle connections after 5 s): a connection the engine is closing just as
     /// the router reuses it fails the request with a 502.
     pub pool_idle_ms: u64,
+    /// Longest a write to a client may wait (a client that stops reading its answer): then
+    /// the connection is closed, which ends its requests and frees their replicas.
+    pub write_stall_ms: u64,
 }
 
 impl Default for TimeoutsConfig {
@@ -335,6 +338,7 @@ impl Default for TimeoutsConfig {
             idle_ms: 60_000,
             client_ms: 30_000,
             pool_idle_ms: 4_000,
+            write_stall_ms: 30_000,
         }
     }
 }
@@ -386,6 +390,9 @@ impl Default for ScrapeConfig {
 pub struct HealthConfig {
     pub eject_base_ms: u64,
     pub eject_max_ms: u64,
+    /// Failed answers in a row (5xx, timeouts, resets) that eject a replica, as long as at
+    /// most half its pool is ejected; 0 turns this off (refused connections still eject).
+    pub consecutive_failures: u32,
 }
 
 impl Default for HealthConfig {
@@ -393,6 +400,7 @@ impl Default for HealthConfig {
         Self {
             eject_base_ms: 1_000,
             eject_max_ms: 30_000,
+            consecutive_failures: 5,
         }
     }
 }
@@ -617,6 +625,7 @@ impl Config {
             ("idle_ms", t.idle_ms),
             ("client_ms", t.client_ms),
             ("pool_idle_ms", t.pool_idle_ms),
+            ("write_stall_ms", t.write_stall_ms),
         ] {
             if v == 0 {
                 return Err((root.key("timeouts").key(name), "must be > 0".to_owned()));

@@ -26,7 +26,8 @@ pub struct ReplicaLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamErrorLabels {
     pub replica: String,
-    /// `connect`, `timeout`, `idle`, `body`, `other`.
+    /// `connect` (refused, unreachable), `connect_timeout`, `local` (this process could not
+    /// open a socket), `timeout`, `idle`, `body`, `other`, `unavailable` (a 502/503 answer).
     pub kind: &'static str,
 }
 

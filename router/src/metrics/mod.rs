@@ -41,6 +41,9 @@ pub struct Metrics {
     pub decisions: Family<ReasonLabels, Counter>,
     pub spills: Counter,
     pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    /// Tries sent to another replica, by why (`refused`, `unavailable`), and retries the budget
+    /// refused (`budget_exhausted`).
+    pub retries: Family<ReasonLabels, Counter>,
     pub client_disconnects: Counter,
     pub prefix_blocks_queried: Counter,
     pub prefix_blocks_matched: Counter,
@@ -234,6 +237,12 @@ impl Metrics {
             "Client connections answered 503 and closed because limits.max_connections were open",
             connections.refused.clone(),
         );
+        let retries = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "retries",
+            "Requests tried again on another replica, by reason (refused, unavailable: a 502/503 answer), and retries the retry budget refused (budget_exhausted)",
+            retries.clone(),
+        );
         let kv_mode = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "kv_events_mode",
@@ -302,6 +311,7 @@ impl Metrics {
             sessions,
             session_affinity,
             kv_mode,
+            retries,
             connections,
             replica_series: Default::default(),
         }

@@ -268,6 +268,7 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
         header_read: options.timeouts.client,
         drain: options.drain,
         max_connections: crate::config::LimitsConfig::default().max_connections,
+        write_stall: Duration::from_millis(crate::config::TimeoutsConfig::default().write_stall_ms),
         counters: None,
     };
     let tasks = vec![

@@ -1,5 +1,7 @@
-//! Replica health: passive (connection failures eject a replica for a backoff that doubles on
-//! each consecutive failure) and active (the metrics scrape doubles as a health probe).
+//! Replica health: passive (a refused connection ejects a replica at once; answers that fail,
+//! 5xx, timeouts and resets, eject it after `consecutive_failures` in a row, as Envoy's outlier
+//! detection does; each ejection's backoff doubles) and active (the metrics scrape doubles as a
+//! health probe).
 //!
 //! A replica is a routing candidate when it is neither ejected nor failing its scrapes. An
 //! ejection ends by itself after the backoff; the next request then tries the replica again
@@ -17,7 +19,10 @@ pub struct Health {
 #[derive(Debug, Default)]
 struct HealthInner {
     ejected_until: Option<Instant>,
+    /// Ejections since the last success: the next backoff doubles with each.
     connect_failures: u32,
+    /// Failed answers in a row since the last good one.
+    failures: u32,
     scrape_failures: u32,
     scrape_down: bool,
 }
@@ -32,23 +37,37 @@ impl Health {
     /// A connection to the replica failed: eject it. Returns the backoff applied.
     pub fn on_connect_error(&self, config: &HealthConfig, now: Instant) -> Duration {
         let mut h = self.inner.lock();
-        h.connect_failures = h.connect_failures.saturating_add(1);
-        let shift = (h.connect_failures - 1).min(16);
-        let backoff = Duration::from_millis(
-            config
-                .eject_base_ms
-                .saturating_mul(1 << shift)
-                .min(config.eject_max_ms),
-        );
-        h.ejected_until = Some(now + backoff);
-        backoff
+        h.failures = 0;
+        eject(&mut h, config, now)
+    }
+
+    /// An answer failed (5xx, no head in time, reset, or no connection in time): after
+    /// `consecutive_failures` in a row, and only when `may_eject` (the pool is not mostly
+    /// ejected already), eject it. Returns the backoff when it did.
+    pub fn on_failure(
+        &self,
+        config: &HealthConfig,
+        now: Instant,
+        may_eject: bool,
+    ) -> Option<Duration> {
+        let mut h = self.inner.lock();
+        h.failures = h.failures.saturating_add(1);
+        if config.consecutive_failures == 0
+            || h.failures < config.consecutive_failures
+            || !may_eject
+        {
+            return None;
+        }
+        h.failures = 0;
+        Some(eject(&mut h, config, now))
     }
 
     /// A request reached the replica.
     pub fn on_success(&self) {
         let mut h = self.inner.lock();
-        if h.connect_failures != 0 || h.ejected_until.is_some() {
+        if h.connect_failures != 0 || h.ejected_until.is_some() || h.failures != 0 {
             h.connect_failures = 0;
+            h.failures = 0;
             h.ejected_until = None;
         }
     }
@@ -76,6 +95,20 @@ impl Health {
     }
 }
 
+/// Eject for a backoff that doubles with each ejection since the last success.
+fn eject(h: &mut HealthInner, config: &HealthConfig, now: Instant) -> Duration {
+    h.connect_failures = h.connect_failures.saturating_add(1);
+    let shift = (h.connect_failures - 1).min(16);
+    let backoff = Duration::from_millis(
+        config
+            .eject_base_ms
+            .saturating_mul(1 << shift)
+            .min(config.eject_max_ms),
+    );
+    h.ejected_until = Some(now + backoff);
+    backoff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +117,7 @@ mod tests {
         HealthConfig {
             eject_base_ms: 100,
             eject_max_ms: 350,
+            consecutive_failures: 3,
         }
     }
 
@@ -115,5 +149,35 @@ mod tests {
         assert!(h.is_ready(now));
         h.on_scrape_failed(true, 3);
         assert!(!h.is_ready(now));
+    }
+
+    #[test]
+    fn failed_answers_eject_after_a_run_and_only_when_allowed() {
+        let h = Health::default();
+        let t0 = Instant::now();
+        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        // A good answer breaks the run.
+        h.on_success();
+        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        // Third in a row, but the pool is mostly ejected already: stays.
+        assert_eq!(h.on_failure(&cfg(), t0, false), None);
+        assert!(h.is_ready(t0));
+        assert_eq!(
+            h.on_failure(&cfg(), t0, true),
+            Some(Duration::from_millis(100))
+        );
+        assert!(!h.is_ready(t0));
+        assert!(h.is_ready(t0 + Duration::from_millis(100)));
+        // Off with 0.
+        let off = HealthConfig {
+            consecutive_failures: 0,
+            ..cfg()
+        };
+        let h = Health::default();
+        for _ in 0..10 {
+            assert_eq!(h.on_failure(&off, t0, true), None);
+        }
     }
 }
