@@ -110,6 +110,18 @@ impl ApiError {
             "The request body was not received in time.".to_owned(),
         )
     }
+    /// 503: the bodies held at once would pass `limits.max_buffered_body_bytes`.
+    pub fn body_budget() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "overloaded",
+                "The router holds as many request bodies as it may (limits.max_buffered_body_bytes); retry later.".to_owned(),
+            )
+        }
+    }
     pub fn body_too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,

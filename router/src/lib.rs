@@ -172,6 +172,7 @@ pub async fn start_with(
         ..serve_options.clone()
     };
     let draining = Arc::new(AtomicBool::new(false));
+    let body_budget_bytes = config.limits.max_buffered_body_bytes;
     let accept_before_drain = Duration::from_millis(config.shutdown.accept_ms);
     let bound = (config.listen, config.admin);
 
@@ -226,6 +227,7 @@ pub async fn start_with(
         sessions: sessions.clone(),
         discovery: discovery.clone(),
         admission,
+        body_budget_bytes,
     });
     let admin = admin::service(admin::AdminState {
         tables: tables.clone(),

@@ -347,3 +347,42 @@ async fn a_stream_broken_midway_ends_with_an_error_event() {
     assert!(!r.body.contains("stream_broken"), "{}", r.body);
     s.stop().await;
 }
+
+/// Request bodies are held until their replica answers: past `limits.max_buffered_body_bytes`
+/// held at once, a request is refused at once (503 `overloaded`) instead of taking more memory,
+/// and room comes back as answers arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_held_at_once_are_bounded() {
+    let slow = warmpath_testkit::Recorder::default();
+    // Every answer's head comes after a second: the bodies stay held that long.
+    let addr = slow
+        .start(warmpath_testkit::completion_answer, Duration::from_secs(1))
+        .await;
+    let extra = "limits:\n  max_body_bytes: 32768\n  max_buffered_body_bytes: 65536\n";
+    let yaml = config_yaml("tiny", &[addr], extra)
+        .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    let rt = router(&yaml).await;
+    let big = |i: u64| completion(&text(i, 30_000), 1);
+    let held: Vec<_> = (0..2)
+        .map(|i| {
+            let (a, body) = (rt.addr, big(i));
+            tokio::spawn(async move { send(a, "POST", "/v1/completions", &[], body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = post(rt.addr, "/v1/completions", &big(9)).await;
+    r.assert_error(503, "overloaded");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status, 200);
+    }
+    let r = post(rt.addr, "/v1/completions", &big(10)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_body_budget_refusals_total", &[]),
+        1.0,
+        "{m}"
+    );
+    rt.shutdown().await;
+}

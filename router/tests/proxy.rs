@@ -476,3 +476,28 @@ async fn metrics_port_is_scraped_instead_of_the_serving_port() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     r.shutdown().await;
 }
+
+/// The approximate index's bound holds for all replicas together too: with
+/// `index.max_bytes_total`, each replica gets its share, however many there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prefix_index_is_bounded_in_total() {
+    let s = Setup::new(&["--replicas", "4"], "index:\n  max_bytes_total: 65536\n").await;
+    wait_ready(s.router.admin_addr).await;
+    for i in 0..16 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&text(i, 8000), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let m = router_metrics(s.router.admin_addr).await;
+    let capacity = metric(&m, "warmpath_prefix_index_capacity_bytes", &[]);
+    assert!(capacity > 0.0 && capacity <= 65536.0, "{m}");
+    assert!(
+        metric(&m, "warmpath_prefix_index_bytes", &[]) <= 65536.0,
+        "{m}"
+    );
+    s.stop().await;
+}

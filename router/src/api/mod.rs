@@ -194,6 +194,8 @@ pub struct StackParts {
     pub sessions: Arc<crate::sessions::Sessions>,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
+    /// `limits.max_buffered_body_bytes` (read at start).
+    pub body_budget_bytes: usize,
 }
 
 /// The whole API stack for requests with body type `B`.
@@ -220,7 +222,10 @@ where
         parts.metrics.clone(),
     );
     let proxy = ServiceBuilder::new()
-        .layer(read_body::ReadBodyLayer)
+        .layer(read_body::ReadBodyLayer::new(read_body::BodyBudget::new(
+            parts.body_budget_bytes,
+            parts.metrics.clone(),
+        )))
         .layer(parse::ParseLayer)
         .layer(admission::AdmissionLayer::new(parts.admission.clone()))
         .layer(retry::RetryLayer::new(

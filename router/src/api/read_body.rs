@@ -1,28 +1,73 @@
 //! Read a request's whole body, bounded in size (413) and time (408), into one contiguous
-//! buffer: a body sent in many tiny chunks costs its bytes, not a list of chunks.
+//! buffer: a body sent in many tiny chunks costs its bytes, not a list of chunks. Bodies held
+//! at once are bounded too ([`BodyBudget`]): a body is kept until its replica's response head
+//! arrives (it may be sent again meanwhile), which can take minutes, so without a budget a
+//! burst of large prompts to a slow fleet could take the router's memory.
 
 use super::{Incoming, Read, Rejection, StageFuture};
 use crate::errors::{ApiError, RespBody};
+use crate::metrics::Metrics;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReadBodyLayer;
+/// The bytes of request bodies the router holds at once, in KiB permits; a body that does not
+/// fit is refused with 503 (`overloaded`, `retry-after: 1`) instead of queued.
+#[derive(Clone)]
+pub struct BodyBudget {
+    kib: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+}
+
+impl BodyBudget {
+    pub fn new(bytes: usize, metrics: Arc<Metrics>) -> Self {
+        let kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            kib: Arc::new(Semaphore::new(kib)),
+            metrics,
+        }
+    }
+
+    /// Room for `len` bytes, held until the permit is dropped.
+    fn hold(&self, len: usize) -> Result<OwnedSemaphorePermit, ApiError> {
+        let kib = u32::try_from(len.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        self.kib.clone().try_acquire_many_owned(kib).map_err(|_| {
+            self.metrics.body_budget_refusals.inc();
+            ApiError::body_budget()
+        })
+    }
+}
+
+#[derive(Clone)]
+pub struct ReadBodyLayer {
+    budget: BodyBudget,
+}
+
+impl ReadBodyLayer {
+    pub fn new(budget: BodyBudget) -> Self {
+        Self { budget }
+    }
+}
 
 impl<S> Layer<S> for ReadBodyLayer {
     type Service = ReadBody<S>;
     fn layer(&self, inner: S) -> ReadBody<S> {
-        ReadBody { inner }
+        ReadBody {
+            inner,
+            budget: self.budget.clone(),
+        }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReadBody<S> {
     inner: S,
+    budget: BodyBudget,
 }
 
 impl<S, B> Service<Incoming<B>> for ReadBody<S>
@@ -43,6 +88,7 @@ where
     fn call(&mut self, incoming: Incoming<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let budget = self.budget.clone();
         Box::pin(async move {
             let Incoming { ctx, request } = incoming;
             let (head, body) = request.into_parts();
@@ -55,6 +101,8 @@ where
             )
             .await
             .map_err(Rejection::before_parse)?;
+            // Held until the rest of the stack has the response head.
+            let _held = budget.hold(body.len()).map_err(Rejection::before_parse)?;
             inner.call(Read { ctx, head, body }).await
         })
     }

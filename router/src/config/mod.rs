@@ -248,6 +248,9 @@ pub struct IndexConfig {
     pub block_bytes: usize,
     /// Memory bound of the approximate prefix index per replica.
     pub max_bytes_per_replica: usize,
+    /// …and for all replicas together: with many replicas each gets an equal share of this
+    /// when that is less (never under 4 KiB).
+    pub max_bytes_total: usize,
     /// Engine blocks the KV-event index keeps per replica: above any engine's own capacity
     /// (vLLM's `num_gpu_blocks`), so that it bites only after lost removals.
     pub precise_max_blocks_per_replica: usize,
@@ -277,6 +280,7 @@ impl Default for IndexConfig {
         Self {
             block_bytes: 256,
             max_bytes_per_replica: 8 << 20,
+            max_bytes_total: 512 << 20,
             precise_max_blocks_per_replica: 1 << 20,
             precise_max_blocks_total: 8 << 20,
             pending_max_blocks: 1 << 18,
@@ -296,6 +300,9 @@ pub struct LimitsConfig {
     /// Client connections open at once on the API listener (read at start); more are answered
     /// 503 and closed.
     pub max_connections: usize,
+    /// Request bodies held at once, all requests together (read at start): a body is held until
+    /// its replica's response head arrives; one that does not fit gets 503 `overloaded`.
+    pub max_buffered_body_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -304,6 +311,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 16 << 20,
             default_max_tokens: 256,
             max_connections: 10_000,
+            max_buffered_body_bytes: 256 << 20,
         }
     }
 }
@@ -586,6 +594,12 @@ impl Config {
             root.key("index").key("block_bytes"),
             BlockHasher::try_new(self.index.block_bytes).map(drop),
         )?;
+        if self.index.max_bytes_total < 4096 {
+            return Err((
+                root.key("index").key("max_bytes_total"),
+                "must be at least 4096".to_owned(),
+            ));
+        }
         if self.index.max_bytes_per_replica < 4096 {
             return Err((
                 root.key("index").key("max_bytes_per_replica"),
@@ -598,6 +612,13 @@ impl Config {
             return Err((
                 root.key("index").key("precise_max_blocks_total"),
                 "needs 0 < precise_max_blocks_per_replica <= precise_max_blocks_total".to_owned(),
+            ));
+        }
+        if self.limits.max_buffered_body_bytes < self.limits.max_body_bytes {
+            return Err((
+                root.key("limits").key("max_buffered_body_bytes"),
+                "must be at least limits.max_body_bytes (or no largest body could ever pass)"
+                    .to_owned(),
             ));
         }
         if self.limits.max_connections == 0 {

@@ -44,6 +44,8 @@ pub struct Metrics {
     /// Tries sent to another replica, by why (`refused`, `unavailable`), and retries the budget
     /// refused (`budget_exhausted`).
     pub retries: Family<ReasonLabels, Counter>,
+    /// Requests refused because the bodies held at once would pass their budget.
+    pub body_budget_refusals: Counter,
     pub client_disconnects: Counter,
     pub prefix_blocks_queried: Counter,
     pub prefix_blocks_matched: Counter,
@@ -237,6 +239,12 @@ impl Metrics {
             "Client connections answered 503 and closed because limits.max_connections were open",
             connections.refused.clone(),
         );
+        let body_budget_refusals = Counter::default();
+        registry.register(
+            "body_budget_refusals",
+            "Requests answered 503 overloaded because the request bodies held at once would pass limits.max_buffered_body_bytes",
+            body_budget_refusals.clone(),
+        );
         let retries = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "retries",
@@ -312,6 +320,7 @@ impl Metrics {
             session_affinity,
             kv_mode,
             retries,
+            body_budget_refusals,
             connections,
             replica_series: Default::default(),
         }

@@ -149,7 +149,7 @@ impl Publisher {
             for r in &change.removed {
                 index.remove_replica(r.id);
             }
-            index.set_limits(config.index.max_bytes_per_replica);
+            index.set_limits(per_replica_bytes(&config.index, self.registry.len()));
         }
         for r in &change.removed {
             self.metrics.remove_replica(&r.name);
@@ -257,6 +257,14 @@ pub fn merge_tenants(
         into.policies.push(t.clone());
     }
     skipped
+}
+
+/// Each replica's share of the approximate index: its own bound, or an equal share of the total
+/// when that is less (at least the 4 KiB a replica's bound may be).
+pub(crate) fn per_replica_bytes(index: &crate::config::IndexConfig, replicas: usize) -> usize {
+    index
+        .max_bytes_per_replica
+        .min((index.max_bytes_total / replicas.max(1)).max(4096))
 }
 
 #[cfg(test)]

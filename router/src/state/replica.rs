@@ -293,6 +293,15 @@ pub struct ReplicaRegistry {
 pub struct Replicas(Arc<DashMap<String, Arc<ReplicaState>>>);
 
 impl Replicas {
+    /// How many replicas there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Every replica, in no particular order.
     pub fn snapshot(&self) -> Vec<Arc<ReplicaState>> {
         self.0.iter().map(|e| e.value().clone()).collect()
@@ -315,6 +324,15 @@ impl ReplicaRegistry {
 
     /// Bring the registry in line with `config` (already validated: names are unique and URLs
     /// parse). A replica whose URL changed is a new replica under the same name.
+    /// How many replicas the configuration names.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
     pub fn sync(&mut self, config: &Config) -> RegistryChange {
         let mut change = RegistryChange::default();
         type Wanted<'a> = (&'a str, Option<ScrapeTarget>, Option<KvSource>);
