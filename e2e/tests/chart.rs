@@ -77,6 +77,8 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "monitoring.serviceMonitor.labels.release=prometheus",
                 "--set",
                 "monitoring.grafanaDashboard.enabled=true",
+                "--set",
+                "router.adminAuth.tokenSecret=wp-admin-token",
             ]),
         },
         Case {
@@ -513,6 +515,26 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             for sm in out.of_kind("ServiceMonitor") {
                 assert_eq!(str_at(sm, &["metadata", "labels", "release"]), "prometheus");
             }
+            // The router's /metrics asks for the admin token: the router reads it from the
+            // mounted Secret and its ServiceMonitor sends it.
+            let sm = out
+                .find("ServiceMonitor", router)
+                .expect("router ServiceMonitor");
+            let auth = &sm["spec"]["endpoints"][0]["authorization"];
+            assert_eq!(str_at(auth, &["type"]), "Bearer");
+            assert_eq!(str_at(auth, &["credentials", "name"]), "wp-admin-token");
+            let cm = out.find("ConfigMap", router).expect("router ConfigMap");
+            assert!(
+                str_at(cm, &["data", "router.yaml"])
+                    .contains("admin_token_file: /var/run/warmpath/admin-token/token"),
+                "{cm:?}"
+            );
+            let d = out.find("Deployment", router).expect("router Deployment");
+            assert!(d["spec"]["template"]["spec"]["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|v| v["secret"]["secretName"].as_str() == Some("wp-admin-token")));
             let dash = out
                 .find("ConfigMap", "wp-warmpath-dashboard")
                 .expect("dashboard ConfigMap");

@@ -9,6 +9,7 @@ use crate::state::publish::TableReader;
 use crate::state::replica::Replicas;
 use crate::state::table::Table;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +27,37 @@ pub struct AdminState {
     pub discovery: Arc<DiscoveryStatus>,
     /// The router is leaving: not ready, whatever the replicas.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// `/metrics` asks for this bearer token when set (its SHA-256: compared whole, never
+    /// byte by byte as it arrives).
+    pub token: Option<AdminToken>,
+}
+
+/// The admin listener's bearer token.
+#[derive(Clone)]
+pub struct AdminToken([u8; 32]);
+
+impl AdminToken {
+    /// From a file holding the token (surrounding whitespace ignored).
+    pub fn read(path: &std::path::Path) -> std::io::Result<Self> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let token = bytes.trim_ascii();
+        if token.len() < 16 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: the token needs at least 16 bytes", path.display()),
+            ));
+        }
+        Ok(Self(Sha256::digest(token).into()))
+    }
+
+    /// Whether `headers` carry `Authorization: Bearer <this token>`.
+    fn allows(&self, headers: &http::HeaderMap) -> bool {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .is_some_and(|t| <[u8; 32]>::from(Sha256::digest(t.trim_ascii())) == self.0)
+    }
 }
 
 /// The admin listener as a tower service.
@@ -45,6 +77,20 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
         return ApiError::method_not_allowed(req.method(), req.uri().path()).into_response();
     }
     match req.uri().path() {
+        "/metrics"
+            if state
+                .token
+                .as_ref()
+                .is_some_and(|t| !t.allows(req.headers())) =>
+        {
+            let mut resp = ApiError::unauthorized(
+                "The admin listener's /metrics needs `Authorization: Bearer <admin token>`.",
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            resp
+        }
         "/metrics" => {
             refresh_gauges(state);
             metrics_response(state.metrics.encode())

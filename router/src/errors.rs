@@ -313,4 +313,6 @@ pub enum StartError {
     Flow(#[from] warmpath_flow::ConfigError),
     #[error("sessions.key_file: {0}")]
     SessionKey(std::io::Error),
+    #[error("admin_token_file: {0}")]
+    AdminToken(std::io::Error),
 }

@@ -181,6 +181,12 @@ pub async fn start_with(
     let sessions = Arc::new(
         sessions::Sessions::from_config(&config.sessions).map_err(StartError::SessionKey)?,
     );
+    let admin_token = config
+        .admin_token_file
+        .as_deref()
+        .map(admin::AdminToken::read)
+        .transpose()
+        .map_err(StartError::AdminToken)?;
     let scrape_metrics = metrics.clone();
     let scrape_precise = precise.clone();
     // A replica's scraper and KV-event follower live and die together.
@@ -238,6 +244,7 @@ pub async fn start_with(
         replicas,
         discovery: discovery.clone(),
         draining: draining.clone(),
+        token: admin_token,
     });
     tasks.extend([
         tokio::spawn(server::serve(

@@ -501,3 +501,38 @@ async fn the_prefix_index_is_bounded_in_total() {
     );
     s.stop().await;
 }
+
+/// With `admin_token_file`, the admin listener's `/metrics` asks for the token; the probes'
+/// `/healthz` and `/readyz` stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_metrics_can_require_a_bearer_token() {
+    let dir = std::env::temp_dir().join(format!("warmpath-admin-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "s3cret-admin-token-0123\n").unwrap();
+    let extra = format!("admin_token_file: {:?}\n", token_file.display().to_string());
+    let s = Setup::new(&["--timing", "zero"], &extra).await;
+    let admin = s.router.admin_addr;
+    wait_ready(admin).await;
+    let metrics = |auth: Option<&'static str>| async move {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        send(admin, "GET", "/metrics", &headers, Bytes::new())
+            .await
+            .unwrap()
+    };
+    let r = metrics(None).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert!(!r.body.contains("warmpath_"), "{}", r.body);
+    assert_eq!(
+        metrics(Some("Bearer wrong-token-0123456789")).await.status,
+        401
+    );
+    let r = metrics(Some("Bearer s3cret-admin-token-0123")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("warmpath_requests"), "{}", r.body);
+    assert_eq!(get(admin, "/readyz").await.unwrap().status, 200);
+    assert_eq!(get(admin, "/healthz").await.unwrap().status, 200);
+    s.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

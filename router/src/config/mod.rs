@@ -42,6 +42,11 @@ pub struct Config {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[serde(default = "default_admin")]
     pub admin: SocketAddr,
+    /// A file holding a token (at least 16 bytes) that the admin listener's `/metrics` then
+    /// asks for as `Authorization: Bearer <token>` (read at start). `/healthz` and `/readyz`
+    /// stay open: kubelets probe them without credentials, and they say nothing secret.
+    #[serde(default)]
+    pub admin_token_file: Option<std::path::PathBuf>,
     pub pools: Vec<PoolConfig>,
     #[serde(default)]
     pub scheduling: SchedulerConfig,

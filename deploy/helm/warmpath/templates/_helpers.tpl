@@ -99,6 +99,7 @@ then draining for what is left of the grace period but 5 s. */}}
 {{- fail (printf "router.config.shutdown: accept_ms + drain_ms (%v ms) must be shorter than router.terminationGracePeriodSeconds (%v s), or the kubelet kills open streams" (add (int $shutdown.accept_ms) (int $shutdown.drain_ms)) $grace) }}
 {{- end }}
 {{- $_ := set $cfg "shutdown" $shutdown }}
+{{- if .Values.router.adminAuth.tokenSecret }}{{ $_ := set $cfg "admin_token_file" "/var/run/warmpath/admin-token/token" }}{{ end }}
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}

@@ -65,6 +65,11 @@
     - name: warmpath-session-key
       mountPath: /var/run/warmpath/session-key
       readOnly: true
+    {{- if .Values.router.adminAuth.tokenSecret }}
+    - name: warmpath-admin-token
+      mountPath: /var/run/warmpath/admin-token
+      readOnly: true
+    {{- end }}
     {{- end }}
     {{- with .Values.router.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
