@@ -8,8 +8,7 @@
 //! failure is counted by kind.
 
 use super::forward::UpstreamError;
-use super::{AttemptError, Chosen};
-use crate::config::HealthConfig;
+use super::{Admitted, AttemptError, Chosen};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
 use crate::state::index::SharedIndex;
@@ -70,25 +69,11 @@ where
 
     fn call(&mut self, chosen: Chosen) -> Self::Future {
         let replica = chosen.routed.candidate.replica.clone();
-        let table = &chosen.request.ctx().table;
-        let health = table.config.health;
-        // At most half the replicas serving the model out on outlier ejections, so that a bad
-        // request pattern or an upstream outage cannot eject the whole fleet.
-        let may_eject = table
-            .candidates(&chosen.request.features().model)
-            .is_some_and(|all| {
-                let now = Instant::now();
-                let out = all
-                    .iter()
-                    .filter(|c| !c.replica.health.is_ready(now))
-                    .count();
-                2 * (out + 1) <= all.len()
-            });
+        let request = chosen.request.clone();
         Observed {
             inner: self.inner.call(chosen),
             replica,
-            health,
-            may_eject,
+            request,
             index: self.index.clone(),
             metrics: self.metrics.clone(),
         }
@@ -99,8 +84,8 @@ where
 pub struct Observed<F> {
     inner: F,
     replica: Arc<ReplicaState>,
-    health: HealthConfig,
-    may_eject: bool,
+    /// Its table's health settings and the model's pool, read only when an answer fails.
+    request: Arc<Admitted>,
     index: SharedIndex,
     metrics: Arc<Metrics>,
 }
@@ -117,7 +102,7 @@ impl<F> Observed<F> {
             (UpstreamError::Connect(err), "connect") => {
                 let backoff = replica
                     .health
-                    .on_connect_error(&self.health, Instant::now());
+                    .on_connect_error(&self.config().health, Instant::now());
                 self.index.lock().remove_replica(replica.id);
                 tracing::warn!(replica = %replica.name, ?backoff, error = %err, "replica unreachable; ejected");
                 AttemptError::Refused {
@@ -147,13 +132,35 @@ impl<F> Observed<F> {
         }
     }
 
+    fn config(&self) -> &crate::config::Config {
+        &self.request.ctx().table.config
+    }
+
+    /// Whether one more of the model's replicas may be ejected for its answers: at most half
+    /// of them may be out, so that a bad request pattern or an upstream outage cannot eject
+    /// the whole fleet.
+    fn may_eject(&self) -> bool {
+        let now = Instant::now();
+        self.request
+            .ctx()
+            .table
+            .candidates(&self.request.features().model)
+            .is_some_and(|all| {
+                let out = all
+                    .iter()
+                    .filter(|c| !c.replica.health.is_ready(now))
+                    .count();
+                2 * (out + 1) <= all.len()
+            })
+    }
+
     /// One more failed answer from the replica; a run of them ejects it.
     fn answer_failed(&self) {
         let replica = &self.replica;
         if let Some(backoff) =
             replica
                 .health
-                .on_failure(&self.health, Instant::now(), self.may_eject)
+                .on_failure(&self.config().health, Instant::now(), || self.may_eject())
         {
             tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
         }

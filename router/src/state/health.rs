@@ -42,20 +42,32 @@ impl Health {
     }
 
     /// An answer failed (5xx, no head in time, reset, or no connection in time): after
-    /// `consecutive_failures` in a row, and only when `may_eject` (the pool is not mostly
-    /// ejected already), eject it. Returns the backoff when it did.
+    /// `consecutive_failures` in a row, and only when `may_eject` says so (the pool is not
+    /// mostly ejected already; asked only then, since it looks at the whole pool), eject it.
+    /// Returns the backoff when it did.
     pub fn on_failure(
         &self,
         config: &HealthConfig,
         now: Instant,
-        may_eject: bool,
+        may_eject: impl FnOnce() -> bool,
     ) -> Option<Duration> {
-        let mut h = self.inner.lock();
-        h.failures = h.failures.saturating_add(1);
-        if config.consecutive_failures == 0
-            || h.failures < config.consecutive_failures
-            || !may_eject
+        let due = |h: &HealthInner| {
+            config.consecutive_failures != 0 && h.failures >= config.consecutive_failures
+        };
         {
+            let mut h = self.inner.lock();
+            h.failures = h.failures.saturating_add(1);
+            if !due(&h) {
+                return None;
+            }
+        }
+        // `may_eject` reads every replica's health, this one's too: not under its lock.
+        if !may_eject() {
+            return None;
+        }
+        let mut h = self.inner.lock();
+        // A concurrent failure may have ejected it meanwhile.
+        if !due(&h) {
             return None;
         }
         h.failures = 0;
@@ -155,17 +167,17 @@ mod tests {
     fn failed_answers_eject_after_a_run_and_only_when_allowed() {
         let h = Health::default();
         let t0 = Instant::now();
-        assert_eq!(h.on_failure(&cfg(), t0, true), None);
-        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, || true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, || true), None);
         // A good answer breaks the run.
         h.on_success();
-        assert_eq!(h.on_failure(&cfg(), t0, true), None);
-        assert_eq!(h.on_failure(&cfg(), t0, true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, || true), None);
+        assert_eq!(h.on_failure(&cfg(), t0, || true), None);
         // Third in a row, but the pool is mostly ejected already: stays.
-        assert_eq!(h.on_failure(&cfg(), t0, false), None);
+        assert_eq!(h.on_failure(&cfg(), t0, || false), None);
         assert!(h.is_ready(t0));
         assert_eq!(
-            h.on_failure(&cfg(), t0, true),
+            h.on_failure(&cfg(), t0, || true),
             Some(Duration::from_millis(100))
         );
         assert!(!h.is_ready(t0));
@@ -177,7 +189,7 @@ mod tests {
         };
         let h = Health::default();
         for _ in 0..10 {
-            assert_eq!(h.on_failure(&off, t0, true), None);
+            assert_eq!(h.on_failure(&off, t0, || true), None);
         }
     }
 }
