@@ -39,15 +39,7 @@ pub struct AdminToken([u8; 32]);
 impl AdminToken {
     /// From a file holding the token (surrounding whitespace ignored).
     pub fn read(path: &std::path::Path) -> std::io::Result<Self> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        let token = bytes.trim_ascii();
-        if token.len() < 16 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: the token needs at least 16 bytes", path.display()),
-            ));
-        }
+        let token = crate::config::read_secret(path, "token")?;
         Ok(Self(Sha256::digest(token).into()))
     }
 

@@ -707,6 +707,21 @@ fn core_check(
     })
 }
 
+/// A secret a file names (a signing key, a bearer token): its bytes, surrounding whitespace
+/// trimmed, at least 16 of them; errors name the file and say what `what` lacks.
+pub fn read_secret(path: &std::path::Path, what: &str) -> std::io::Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let secret = bytes.trim_ascii();
+    if secret.len() < 16 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: the {what} needs at least 16 bytes", path.display()),
+        ));
+    }
+    Ok(secret.to_vec())
+}
+
 /// A replica URL reduced to what the proxy needs: `http://host:port` with no path.
 pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
     let uri: http::Uri = url

@@ -271,18 +271,7 @@ impl Sessions {
     /// From the configuration: the key file's key, else a random one.
     pub fn from_config(config: &crate::config::SessionsConfig) -> std::io::Result<Self> {
         let key = match &config.key_file {
-            Some(p) => {
-                let bytes = std::fs::read(p)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
-                let key = bytes.trim_ascii();
-                if key.len() < 16 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{}: the key needs at least 16 bytes", p.display()),
-                    ));
-                }
-                TokenKey::new(key)
-            }
+            Some(p) => TokenKey::new(&crate::config::read_secret(p, "key")?),
             None => TokenKey::random(),
         };
         Ok(Self::new(key, config))
