@@ -26,7 +26,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// How long connections may take, and how many there may be.
 #[derive(Debug, Clone)]
@@ -94,21 +94,17 @@ pub async fn serve<S>(
                     }
                 };
                 let (stream, peer) = stream;
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                let Some(slot) = Slot::take(&slots, &counters.open) else {
                     counters.refused.inc();
                     tokio::spawn(refuse(stream, options.max_connections));
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let service = ConnService(RefCell::new(service.clone()), PeerAddr(peer));
-                let (builder, watcher, open) = (builder.clone(), graceful.watcher(), counters.open.clone());
+                let (builder, watcher) = (builder.clone(), graceful.watcher());
                 let (header_read, write_stall) = (options.header_read, options.write_stall);
                 tokio::spawn(async move {
                     let _slot = slot;
-                    open.inc();
-                    let _open = on_drop(move || {
-                        open.dec();
-                    });
                     if !speaks(&stream, header_read).await {
                         return;
                     }
@@ -150,8 +146,17 @@ impl StallGuard {
         }
     }
 
-    /// After a write returned `Pending`: an error once the stall has lasted `limit`.
-    fn on_pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+    /// A write's outcome, watched: one that proceeds clears the stall; one that cannot
+    /// (`Pending`) arms it, and fails once the stall has lasted `limit`.
+    fn watch<T>(
+        &mut self,
+        polled: Poll<std::io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
         let limit = self.limit;
         let timer = self
             .stalled
@@ -182,13 +187,8 @@ impl tokio::io::AsyncWrite for StallGuard {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.on_pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(polled, cx)
     }
 
     fn poll_write_vectored(
@@ -196,13 +196,8 @@ impl tokio::io::AsyncWrite for StallGuard {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.on_pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(polled, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -210,13 +205,8 @@ impl tokio::io::AsyncWrite for StallGuard {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.on_pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(polled, cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -224,19 +214,29 @@ impl tokio::io::AsyncWrite for StallGuard {
     }
 }
 
-/// Runs its closure when dropped (a connection task's end, however it ends).
-struct Guard<F: FnOnce()>(Option<F>);
+/// A connection's place under `max_connections`, counted open while it is held: both end with
+/// the connection's task, however it ends.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    open: Gauge,
+}
 
-impl<F: FnOnce()> Drop for Guard<F> {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            f();
-        }
+impl Slot {
+    /// A free place, or `None` at the limit.
+    fn take(slots: &Arc<Semaphore>, open: &Gauge) -> Option<Self> {
+        let permit = slots.clone().try_acquire_owned().ok()?;
+        open.inc();
+        Some(Self {
+            _permit: permit,
+            open: open.clone(),
+        })
     }
 }
 
-fn on_drop<F: FnOnce()>(f: F) -> Guard<F> {
-    Guard(Some(f))
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 /// Whether the connection sends enough, within `limit`, to tell HTTP/2's preface from HTTP/1
