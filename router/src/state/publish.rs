@@ -261,7 +261,7 @@ pub fn merge_tenants(
 
 /// Each replica's share of the approximate index: its own bound, or an equal share of the total
 /// when that is less (at least the 4 KiB a replica's bound may be).
-pub(crate) fn per_replica_bytes(index: &crate::config::IndexConfig, replicas: usize) -> usize {
+fn per_replica_bytes(index: &crate::config::IndexConfig, replicas: usize) -> usize {
     index
         .max_bytes_per_replica
         .min((index.max_bytes_total / replicas.max(1)).max(4096))
