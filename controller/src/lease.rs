@@ -107,6 +107,15 @@ pub fn decide(
     }
 }
 
+/// Why a round did not finish.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer from the API server within {0:?}")]
+    Deadline(Duration),
+}
+
 /// Runs the election until `shutdown` resolves (then releases the lease if held and returns
 /// `Ok`) or leadership is lost (returns `Err`: the caller must stop writing and exit).
 pub struct Elector {
@@ -149,7 +158,7 @@ impl Elector {
     async fn round(
         &self,
         seen: &mut Option<(Record, Instant)>,
-    ) -> Result<(bool, Option<Duration>), kube::Error> {
+    ) -> Result<(bool, Option<Duration>), RoundError> {
         let lease = self.api.get_opt(&self.name).await?;
         let now = Instant::now();
         let record = lease.as_ref().map(Record::of);
@@ -182,7 +191,7 @@ impl Elector {
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(_) => Ok((true, None)),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok((false, None)),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 }
             }
             (Step::Renew | Step::Acquire, Some(mut lease)) => {
@@ -196,7 +205,7 @@ impl Elector {
                 {
                     Ok(_) => Ok((true, None)),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok((false, None)),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 }
             }
             _ => Ok((false, Some(duration.saturating_sub(unchanged_for)))),
@@ -204,7 +213,7 @@ impl Elector {
     }
 
     /// Gives the lease up so a standby takes over at once.
-    async fn release(&self) -> Result<(), kube::Error> {
+    async fn release(&self) -> Result<(), RoundError> {
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             return Ok(());
         };
@@ -229,8 +238,19 @@ impl Elector {
         let mut last_renew: Option<Instant> = None;
         loop {
             let started = Instant::now();
+            // A round must end before the leader's renew deadline: a black-holed API connection
+            // otherwise holds it inside the round, still believing it leads, while a standby
+            // takes the expired lease and both write.
+            let budget = match last_renew {
+                Some(t) if self.leadership.is_leader() => {
+                    self.timing.renew_deadline.saturating_sub(t.elapsed())
+                }
+                _ => self.timing.renew_deadline,
+            };
             let result = tokio::select! {
-                r = self.round(&mut seen) => r,
+                r = tokio::time::timeout(budget, self.round(&mut seen)) => {
+                    r.unwrap_or_else(|_| Err(RoundError::Deadline(budget)))
+                }
                 () = &mut shutdown => break,
             };
             let mut pause = self.timing.retry_period;
@@ -274,7 +294,10 @@ impl Elector {
         if self.leadership.is_leader() {
             // Stop writing first, then hand over.
             self.lead(false);
-            if let Err(e) = self.release().await {
+            let released = tokio::time::timeout(self.timing.renew_deadline, self.release())
+                .await
+                .unwrap_or_else(|_| Err(RoundError::Deadline(self.timing.renew_deadline)));
+            if let Err(e) = released {
                 tracing::warn!(error = %e, "releasing the Lease failed; a standby takes over when it expires");
             } else {
                 tracing::info!(lease = %self.name, "released the Lease");

@@ -236,6 +236,51 @@ impl TestCluster {
     }
 }
 
+impl TestCluster {
+    /// The API server's address (host and port of the kubeconfig's server URL).
+    pub fn apiserver_addr(&self) -> Result<std::net::SocketAddr, E2eError> {
+        let config = self.kubeconfig_yaml()?;
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let hostport = server
+            .split("://")
+            .nth(1)
+            .unwrap_or(&server)
+            .trim_end_matches('/');
+        std::net::ToSocketAddrs::to_socket_addrs(hostport)
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| E2eError::Kubeconfig {
+                path: self.kubeconfig.clone(),
+                message: format!("server {server:?} is not host:port"),
+            })
+    }
+
+    /// A kubeconfig file (written under `dir`) like the cluster's, whose server is `addr`
+    /// instead (a proxy in front of the API server; its certificate names the IP, not a port).
+    pub fn kubeconfig_via(
+        &self,
+        dir: &Path,
+        name: &str,
+        addr: std::net::SocketAddr,
+    ) -> Result<PathBuf, E2eError> {
+        let mut config = self.kubeconfig_yaml()?;
+        config["clusters"][0]["cluster"]["server"] = format!("https://{addr}").into();
+        let path = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, serde_yaml::to_string(&config)?)
+            .map_err(|e| E2eError::io(&path, e))?;
+        Ok(path)
+    }
+
+    fn kubeconfig_yaml(&self) -> Result<serde_yaml::Value, E2eError> {
+        let text = std::fs::read_to_string(&self.kubeconfig)
+            .map_err(|e| E2eError::io(&self.kubeconfig, e))?;
+        Ok(serde_yaml::from_str(&text)?)
+    }
+}
+
 /// A client from a kubeconfig file (its current context).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, E2eError> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| E2eError::Kubeconfig {

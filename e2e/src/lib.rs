@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod bins;
+mod blackhole;
 mod chart;
 mod cluster;
 mod error;
@@ -22,6 +23,7 @@ mod pods;
 mod resources;
 
 pub use bins::{controller_command, workspace_bin, workspace_bin_release, KillOnDrop};
+pub use blackhole::BlackholeProxy;
 pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;

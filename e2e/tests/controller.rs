@@ -11,12 +11,12 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use warmpath_e2e::{
-    controller_command, repo_root, warmpath_api, warmpath_object, workspace_bin, KillOnDrop,
-    TestNamespace,
+    controller_command, repo_root, warmpath_api, warmpath_object, workspace_bin, BlackholeProxy,
+    KillOnDrop, TestNamespace,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -44,6 +44,11 @@ struct ControllerProc {
 
 impl ControllerProc {
     fn start(ns: &TestNamespace, identity: &str) -> ControllerProc {
+        ControllerProc::start_via(ns, identity, ns.cluster().kubeconfig())
+    }
+
+    /// Started with another kubeconfig (one whose server is a proxy).
+    fn start_via(ns: &TestNamespace, identity: &str, kubeconfig: &Path) -> ControllerProc {
         let bin = workspace_bin("warmpath-controller").expect("build warmpath-controller");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -51,7 +56,7 @@ impl ControllerProc {
             .port();
         let log = ns.scratch_dir().join(format!("{identity}.log"));
         let file = std::fs::File::create(&log).expect("log file");
-        let mut cmd = controller_command(&bin, ns.cluster().kubeconfig(), ns.name(), identity);
+        let mut cmd = controller_command(&bin, kubeconfig, ns.name(), identity);
         cmd.env("WARMPATH_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
             .env(
                 "RUST_LOG",
@@ -487,6 +492,43 @@ async fn a_standby_takes_over_when_the_leader_dies_or_leaves() {
         stolen_at.elapsed()
     );
     assert_eq!(status.code(), Some(1), "losing the lease exits with 1");
+    ns.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
+    let Some(ns) = setup("controller-black-hole").await else {
+        return;
+    };
+    let (c, n) = (ns.client(), ns.name().to_owned());
+    let upstream = ns.cluster().apiserver_addr().expect("API server address");
+    let proxy = BlackholeProxy::start(upstream).await.expect("proxy");
+    let kubeconfig = ns
+        .cluster()
+        .kubeconfig_via(ns.scratch_dir(), "via-proxy", proxy.addr())
+        .expect("kubeconfig through the proxy");
+    let mut leader = ControllerProc::start_via(&ns, "ctl-cut", &kubeconfig);
+    wait_for("ctl-cut holds the lease", || async {
+        lease_holder(&c, &n).await.filter(|h| h == "ctl-cut")
+    })
+    .await;
+    // Every connection, the lease's and the watches', now hangs without an error: only the
+    // leader's own deadline can end its belief that it leads.
+    proxy.black_hole();
+    let cut_at = Instant::now();
+    let (status, took) = wait_for("the cut-off leader exits", || {
+        let exited = leader.child.0.try_wait().expect("try_wait");
+        async move { exited }
+    })
+    .await;
+    println!("measured: API server black-holed -> leader exited ({status}) after {took:?} (renew deadline 2 s, lease 3 s)");
+    assert_eq!(status.code(), Some(1), "losing the lease exits with 1");
+    // A standby may take the lease 3 s after the last renewal, which came before the cut:
+    // a leader still running 3 s after the cut could be writing beside the next one.
+    assert!(
+        cut_at.elapsed() < Duration::from_secs(3),
+        "the leader kept leading {took:?} after losing the API server"
+    );
     ns.finish();
 }
 
