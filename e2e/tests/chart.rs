@@ -114,6 +114,8 @@ fn matrix(ns: &str) -> Vec<Case> {
                 r#"router.networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
                 "--set",
                 "router.terminationGracePeriodSeconds=120",
+                "--set",
+                "router.tls.secretName=wp-tls",
             ]),
         },
         Case {
@@ -128,6 +130,16 @@ fn matrix(ns: &str) -> Vec<Case> {
             ],
         },
     ]
+}
+
+/// Whether Deployment `name`'s pods have a volume from Secret `secret`.
+fn mounts_secret(out: &RenderedChart, name: &str, secret: &str) -> bool {
+    let d = out.find("Deployment", name).expect("Deployment");
+    d["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|v| v["secret"]["secretName"].as_str() == Some(secret))
 }
 
 /// Whether `role` (a Role or ClusterRole) lets its subjects get, list and watch Secrets.
@@ -395,6 +407,19 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             assert_eq!(int_at(c, &["spec", "replicas"]), Some(3));
         }
         "network-policy" => {
+            // TLS on the API port: the Secret mounted, the router told where, the Service's
+            // port named for what it speaks.
+            let svc = out.find("Service", router).expect("router Service");
+            assert_eq!(str_at(&svc["spec"]["ports"][0], &["name"]), "https");
+            assert_eq!(str_at(&svc["spec"]["ports"][0], &["appProtocol"]), "https");
+            let cm = out.find("ConfigMap", router).expect("router ConfigMap");
+            let config = str_at(cm, &["data", "router.yaml"]);
+            assert!(
+                config.contains("cert_file: /var/run/warmpath/tls/tls.crt")
+                    && config.contains("key_file: /var/run/warmpath/tls/tls.key"),
+                "{config}"
+            );
+            assert!(mounts_secret(out, router, "wp-tls"));
             let np = out
                 .find("NetworkPolicy", router)
                 .expect("router NetworkPolicy");
@@ -529,12 +554,7 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                     .contains("admin_token_file: /var/run/warmpath/admin-token/token"),
                 "{cm:?}"
             );
-            let d = out.find("Deployment", router).expect("router Deployment");
-            assert!(d["spec"]["template"]["spec"]["volumes"]
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .any(|v| v["secret"]["secretName"].as_str() == Some("wp-admin-token")));
+            assert!(mounts_secret(out, router, "wp-admin-token"));
             let dash = out
                 .find("ConfigMap", "wp-warmpath-dashboard")
                 .expect("dashboard ConfigMap");

@@ -315,4 +315,6 @@ pub enum StartError {
     SessionKey(std::io::Error),
     #[error("admin_token_file: {0}")]
     AdminToken(std::io::Error),
+    #[error("tls: {0}")]
+    Tls(#[from] crate::server::tls::TlsError),
 }

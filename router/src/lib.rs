@@ -163,18 +163,25 @@ pub async fn start_with(
         max_connections: config.limits.max_connections,
         write_stall: Duration::from_millis(config.timeouts.write_stall_ms),
         counters: Some(metrics.connections.clone()),
+        tls: config
+            .tls
+            .as_ref()
+            .map(|t| server::tls::acceptor(&t.cert_file, &t.key_file))
+            .transpose()?,
     };
     // The admin listener answers probes and scrapes: a few connections, never counted as
     // clients'.
     let admin_options = server::ServeOptions {
         max_connections: ADMIN_CONNECTIONS,
         counters: None,
+        // Probes and scrapes stay plain: kubelets and Prometheus reach it inside the cluster.
+        tls: None,
         ..serve_options.clone()
     };
     let draining = Arc::new(AtomicBool::new(false));
     let body_budget_bytes = config.limits.max_buffered_body_bytes;
     let accept_before_drain = Duration::from_millis(config.shutdown.accept_ms);
-    let bound = (config.listen, config.admin);
+    let bound = config.start_only();
 
     let precise = state::index::precise(&config.index);
     let precise_admin = precise.clone();

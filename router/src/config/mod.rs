@@ -47,6 +47,9 @@ pub struct Config {
     /// stay open: kubelets probe them without credentials, and they say nothing secret.
     #[serde(default)]
     pub admin_token_file: Option<std::path::PathBuf>,
+    /// TLS on the API listener (`listen`); absent: plain HTTP/1.1 and h2c.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     pub pools: Vec<PoolConfig>,
     #[serde(default)]
     pub scheduling: SchedulerConfig,
@@ -81,6 +84,40 @@ pub struct Config {
     /// Leaving on SIGTERM (read at start).
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+}
+
+/// The settings a running router does not change (its listeners, their TLS and auth, how it
+/// leaves, its session key): a reload that changes them is applied otherwise, with a warning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartOnly {
+    listen: SocketAddr,
+    admin: SocketAddr,
+    tls: Option<TlsConfig>,
+    admin_token_file: Option<std::path::PathBuf>,
+    shutdown: ShutdownConfig,
+    session_key_file: Option<std::path::PathBuf>,
+}
+
+impl Config {
+    pub fn start_only(&self) -> StartOnly {
+        StartOnly {
+            listen: self.listen,
+            admin: self.admin,
+            tls: self.tls.clone(),
+            admin_token_file: self.admin_token_file.clone(),
+            shutdown: self.shutdown,
+            session_key_file: self.sessions.key_file.clone(),
+        }
+    }
+}
+
+/// A certificate chain and its private key, PEM files (a `kubernetes.io/tls` Secret's
+/// `tls.crt` and `tls.key`), read at start and again whenever they change.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
 }
 
 /// How the router leaves on SIGTERM: readiness fails at once; new connections are still

@@ -239,6 +239,11 @@ impl Metrics {
             "Client connections answered 503 and closed because limits.max_connections were open",
             connections.refused.clone(),
         );
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes on the API listener that failed or did not finish within timeouts.client_ms",
+            connections.tls_failed.clone(),
+        );
         let body_budget_refusals = Counter::default();
         registry.register(
             "body_budget_refusals",

@@ -270,6 +270,7 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
         max_connections: crate::config::LimitsConfig::default().max_connections,
         write_stall: Duration::from_millis(crate::config::TimeoutsConfig::default().write_stall_ms),
         counters: None,
+        tls: None,
     };
     let tasks = vec![
         tokio::spawn(crate::server::serve(

@@ -8,18 +8,17 @@
 use crate::config::Config;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::state::publish::{Update, Updates};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Poll `path` every `interval` and send each good new version to the publisher. `listen` and
-/// `admin` are the addresses bound at start (changing them needs a restart).
+/// Poll `path` every `interval` and send each good new version to the publisher. `bound` is
+/// what the router took at start and keeps until a restart (its listeners, TLS, auth).
 pub async fn watch(
     path: PathBuf,
     interval: Duration,
-    bound: (SocketAddr, SocketAddr),
+    bound: crate::config::StartOnly,
     updates: Updates,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
@@ -52,9 +51,9 @@ pub async fn watch(
             .and_then(Config::parse);
         match parsed {
             Ok(config) => {
-                if (config.listen, config.admin) != bound {
+                if config.start_only() != bound {
                     tracing::warn!(
-                        "`listen` and `admin` changes take effect on restart; other changes applied"
+                        "`listen`, `admin`, `tls`, `admin_token_file`, `shutdown` and `sessions.key_file` changes take effect on restart; other changes applied"
                     );
                 }
                 if updates.send(Update::File(Box::new(config))).is_err() {

@@ -100,6 +100,7 @@ then draining for what is left of the grace period but 5 s. */}}
 {{- end }}
 {{- $_ := set $cfg "shutdown" $shutdown }}
 {{- if .Values.router.adminAuth.tokenSecret }}{{ $_ := set $cfg "admin_token_file" "/var/run/warmpath/admin-token/token" }}{{ end }}
+{{- if .Values.router.tls.secretName }}{{ $_ := set $cfg "tls" (dict "cert_file" "/var/run/warmpath/tls/tls.crt" "key_file" "/var/run/warmpath/tls/tls.key") }}{{ end }}
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}

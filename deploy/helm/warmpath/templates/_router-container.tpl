@@ -70,6 +70,11 @@
       mountPath: /var/run/warmpath/admin-token
       readOnly: true
     {{- end }}
+    {{- if .Values.router.tls.secretName }}
+    - name: warmpath-tls
+      mountPath: /var/run/warmpath/tls
+      readOnly: true
+    {{- end }}
     {{- end }}
     {{- with .Values.router.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}

@@ -1,5 +1,5 @@
 //! Accepting connections: HTTP/1.1 and h2c (prior knowledge) on one port through hyper-util's
-//! auto builder, with graceful shutdown that lets open connections finish. Knows nothing of
+//! auto builder, or both over TLS (ALPN) when the listener has a certificate ([`tls`]), with graceful shutdown that lets open connections finish. Knows nothing of
 //! what it serves: each listener is given its tower service.
 //!
 //! What a connection may hold is bounded: at most `max_connections` at once (more are answered
@@ -7,6 +7,8 @@
 //! `header_read` is closed (hyper-util reads the HTTP/2 preface with no timeout of its own, so a
 //! socket that sends nothing, or part of the preface, would be held for good), and HTTP/2
 //! connections are pinged so that a vanished peer is noticed.
+
+pub mod tls;
 
 use crate::errors::{ApiError, RespBody};
 use crate::tenants::PeerAddr;
@@ -29,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// How long connections may take, and how many there may be.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     /// Reading a request head (HTTP/1), and the first bytes of a connection.
     pub header_read: Duration,
@@ -42,13 +44,43 @@ pub struct ServeOptions {
     pub write_stall: Duration,
     /// Counted here when given (the API listener's).
     pub counters: Option<ConnectionCounters>,
+    /// TLS when given; plain HTTP otherwise.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-/// Open connections and connections refused at the limit.
+/// Open connections, connections refused at the limit, and TLS handshakes that failed or
+/// did not finish within `header_read`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectionCounters {
     pub open: Gauge,
     pub refused: Counter,
+    pub tls_failed: Counter,
+}
+
+/// What a listener serves: a tower stack that answers every request (errors are responses),
+/// cloned once per connection.
+pub trait ApiService:
+    tower::Service<
+        Request<Incoming>,
+        Response = Response<RespBody>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> ApiService for S where
+    S: tower::Service<
+            Request<Incoming>,
+            Response = Response<RespBody>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
 }
 
 /// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
@@ -60,11 +92,7 @@ pub async fn serve<S>(
     mut shutdown: watch::Receiver<bool>,
     options: ServeOptions,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
+    S: ApiService,
 {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -103,15 +131,30 @@ pub async fn serve<S>(
                 let service = ConnService(RefCell::new(service.clone()), PeerAddr(peer));
                 let (builder, watcher) = (builder.clone(), graceful.watcher());
                 let (header_read, write_stall) = (options.header_read, options.write_stall);
+                let (tls, tls_failed) = (options.tls.clone(), counters.tls_failed.clone());
                 tokio::spawn(async move {
                     let _slot = slot;
-                    if !speaks(&stream, header_read).await {
+                    let Some(tls) = tls else {
+                        if !speaks(&stream, header_read).await {
+                            return;
+                        }
+                        let stream = StallGuard::new(stream, write_stall);
+                        serve_io(stream, &builder, service, watcher).await;
                         return;
-                    }
+                    };
+                    // The handshake is held to the same bound as a request head: a client
+                    // that opens a socket and says nothing must not keep it.
                     let stream = StallGuard::new(stream, write_stall);
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    if let Err(e) = watcher.watch(conn.into_owned()).await {
-                        tracing::debug!(error = %e, "connection ended with an error");
+                    match tokio::time::timeout(header_read, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_io(stream, &builder, service, watcher).await,
+                        Ok(Err(e)) => {
+                            tls_failed.inc();
+                            tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            tls_failed.inc();
+                            tracing::debug!(%peer, "no TLS handshake within the header timeout");
+                        }
                     }
                 });
             }
@@ -124,6 +167,23 @@ pub async fn serve<S>(
         _ = tokio::time::sleep(options.drain) => {
             tracing::warn!("connections still open after the drain time; closing");
         }
+    }
+}
+
+/// One connection, HTTP/1.1 or HTTP/2 (told apart by the first bytes), until it ends or the
+/// graceful shutdown closes it.
+async fn serve_io<I, S>(
+    io: I,
+    builder: &auto::Builder<TokioExecutor>,
+    service: ConnService<S>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: ApiService,
+{
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }
 
@@ -300,11 +360,7 @@ type Fallback = Pin<Box<dyn Future<Output = Result<Response<RespBody>, Infallibl
 
 impl<S> hyper::service::Service<Request<Incoming>> for ConnService<S>
 where
-    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
+    S: ApiService,
 {
     type Response = Response<RespBody>;
     type Error = Infallible;
