@@ -185,7 +185,7 @@ fn refresh_gauges(state: &AdminState) {
             .set(r.inflight_requests() as i64);
         m.ready
             .get_or_create(&labels)
-            .set(r.health.is_ready(now) as i64);
+            .set((r.health.is_ready(now) && !r.health.is_stalled(now, &r.name)) as i64);
         m.prefill_per_token
             .get_or_create(&labels)
             .set(r.ttft.lock().per_token_s());

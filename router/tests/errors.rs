@@ -188,6 +188,57 @@ async fn upstream_timeout_is_504() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_owing_a_first_byte_long_overdue_is_passed_over_until_it_answers() {
+    let s = Setup::new(
+        &["--replicas", "2"],
+        "health:\n  overdue_min_ms: 300\n  consecutive_failures: 0\ntimeouts:\n  header_ms: 30000\n",
+    )
+    .await;
+    let addr = s.router.addr;
+    let prefix = text(6, 4096);
+    let stream = |tail: &str| {
+        serde_json::json!({"model": "tiny", "prompt": format!("{prefix} {tail}"), "max_tokens": 2, "stream": true})
+            .to_string()
+    };
+    let r = post(addr, "/v1/completions", &completion(&prefix, 1)).await;
+    let hung = r.replica();
+    let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"hang": true}"#).await;
+    assert_eq!(r.status, 200);
+    // A stream that follows its prefix to the hung replica, and waits there.
+    let waiting = tokio::spawn(send(addr, "POST", "/v1/completions", &[], stream("first")));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The prefix still points there, but the replica owes a first byte far past its
+    // prediction: the next streams go elsewhere, and are answered.
+    for i in 0..5 {
+        let r = post(addr, "/v1/completions", &stream(&format!("next {i}"))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_ne!(r.replica(), hung, "request {i} sent to the stalled replica");
+    }
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", &hung)]),
+        0.0,
+        "{m}"
+    );
+    // The waiting client gives up: nothing is owed any more, and the replica (healed) is a
+    // candidate again.
+    waiting.abort();
+    let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"clear": true}"#).await;
+    assert_eq!(r.status, 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", &hung)]),
+        1.0,
+        "{m}"
+    );
+    let r = post(addr, "/v1/completions", &stream("again")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.replica(), hung, "back to the replica holding the prefix");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_replicas_give_502_then_503() {
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -84,10 +84,27 @@ pub fn choose_among(
     sessions: Option<&Sessions>,
 ) -> Result<Routed, ApiError> {
     let now = Instant::now();
-    let ready: Vec<&Candidate> = all
+    let mut ready: Vec<&Candidate> = all
         .iter()
         .filter(|c| c.replica.health.is_ready(now) && !exclude.contains(&c.replica.id))
         .collect();
+    // Stalled replicas are passed over while another can serve: when every one is stalled,
+    // the fault is likely upstream of them all (or the predictions are off), and waiting on
+    // one beats refusing.
+    if ready.len() > 1
+        && ready
+            .iter()
+            .any(|c| c.replica.health.is_stalled(now, &c.replica.name))
+    {
+        let moving: Vec<&Candidate> = ready
+            .iter()
+            .copied()
+            .filter(|c| !c.replica.health.is_stalled(now, &c.replica.name))
+            .collect();
+        if !moving.is_empty() {
+            ready = moving;
+        }
+    }
     if ready.is_empty() {
         return Err(ApiError::no_ready_replica(&features.model));
     }

@@ -10,6 +10,7 @@ use crate::body::{
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
 use crate::metrics::Metrics;
+use crate::state::health::FirstByteOwed;
 use crate::state::replica::ReplicaState;
 use crate::tenants::PeerAddr;
 use crate::upstream::{PooledBody, SendError};
@@ -172,6 +173,18 @@ impl Service<Chosen> for Forward {
             let read = &chosen.request.parsed.read;
             let timeouts = read.ctx.table.config.timeouts;
             let forwarded = Instant::now();
+            // A stream's first byte is what shows the engine working (a hung one may still
+            // send the head, and answer its metrics).
+            let owed = chosen
+                .request
+                .features()
+                .stream
+                .then(|| {
+                    let predicted = chosen.routed.decision.predicted_ttft_s;
+                    read.ctx.table.config.health.overdue_after(predicted)
+                })
+                .flatten()
+                .map(|allowance| FirstByteOwed::new(replica.clone(), allowance, forwarded));
             let body = chosen.body.clone().unwrap_or_else(|| read.body.clone());
             let upstream = match &chosen.prefiller {
                 None => send(&replica, &read.head, body, &timeouts).await?,
@@ -181,7 +194,7 @@ impl Service<Chosen> for Forward {
                     send(&replica, &head, body, &timeouts).await?
                 }
             };
-            Ok(respond(upstream, chosen, forwarded, metrics))
+            Ok(respond(upstream, chosen, forwarded, owed, metrics))
         })
     }
 }
@@ -201,6 +214,7 @@ fn respond(
     upstream: Response<PooledBody>,
     chosen: Chosen,
     forwarded: Instant,
+    owed: Option<FirstByteOwed>,
     metrics: Arc<Metrics>,
 ) -> Response<RespBody> {
     let (up, pooled) = upstream.into_parts();
@@ -265,6 +279,9 @@ fn respond(
         // engine is about to report the blocks.
         drop(prefill);
         drop(pending);
+        if let Some(owed) = owed {
+            owed.arrived(Instant::now());
+        }
         let ttfb = forwarded.elapsed().as_secs_f64();
         first_route.first_byte.observe(ttfb);
         if learn_ttft {

@@ -443,6 +443,11 @@ pub struct HealthConfig {
     /// Failed answers in a row (5xx, timeouts, resets) that eject a replica, as long as at
     /// most half its pool is ejected; 0 turns this off (refused connections still eject).
     pub consecutive_failures: u32,
+    /// A replica owing a stream's first byte for longer than this many times that request's
+    /// predicted TTFT (and at least `overdue_min_ms`), with no first byte from it meanwhile, is
+    /// passed over while another replica can serve; its first byte ends that. 0 turns this off.
+    pub overdue_factor: f64,
+    pub overdue_min_ms: u64,
 }
 
 impl Default for HealthConfig {
@@ -451,7 +456,22 @@ impl Default for HealthConfig {
             eject_base_ms: 1_000,
             eject_max_ms: 30_000,
             consecutive_failures: 5,
+            overdue_factor: 10.0,
+            overdue_min_ms: 5_000,
         }
+    }
+}
+
+impl HealthConfig {
+    /// How long a stream's first byte may take on a replica before the replica is suspect,
+    /// given the TTFT predicted for it (`None`: never).
+    pub fn overdue_after(&self, predicted_ttft_s: f64) -> Option<std::time::Duration> {
+        if self.overdue_factor <= 0.0 {
+            return None;
+        }
+        let scaled = std::time::Duration::try_from_secs_f64(self.overdue_factor * predicted_ttft_s)
+            .unwrap_or(std::time::Duration::ZERO);
+        Some(scaled.max(std::time::Duration::from_millis(self.overdue_min_ms)))
     }
 }
 
@@ -727,6 +747,15 @@ impl Config {
             return Err((
                 root.key("health").key("eject_max_ms"),
                 "needs 0 < eject_base_ms <= eject_max_ms".to_owned(),
+            ));
+        }
+        if !(h.overdue_factor.is_finite() && h.overdue_factor >= 0.0) {
+            return Err((
+                root.key("health").key("overdue_factor"),
+                format!(
+                    "{} is not a factor (0 or more; 0 turns it off)",
+                    h.overdue_factor
+                ),
             ));
         }
         Ok(())

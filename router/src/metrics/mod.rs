@@ -198,7 +198,7 @@ impl Metrics {
         let ready = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "replica_ready",
-            "1 when the replica is a routing candidate",
+            "1 when the replica is a routing candidate: not ejected, not failing its scrapes, not stalled (owing first bytes long past their predicted TTFT)",
             ready.clone(),
         );
         let prefill_per_token = Family::<ReplicaLabels, Gauge<f64, AtomicU64>>::default();

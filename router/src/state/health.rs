@@ -3,12 +3,18 @@
 //! detection does; each ejection's backoff doubles) and active (the metrics scrape doubles as a
 //! health probe).
 //!
+//! A replica that owes first bytes of streams for far longer than their predicted TTFT, with
+//! no first byte from it meanwhile (a hung engine still answering its metrics), is *stalled*:
+//! passed over while another replica can serve, until a first byte comes back.
+//!
 //! A replica is a routing candidate when it is neither ejected nor failing its scrapes. An
 //! ejection ends by itself after the backoff; the next request then tries the replica again
 //! (half-open), and a success resets the backoff.
 
 use crate::config::HealthConfig;
+use crate::state::replica::ReplicaState;
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
@@ -25,6 +31,15 @@ struct HealthInner {
     failures: u32,
     scrape_failures: u32,
     scrape_down: bool,
+    /// Streams sent to it whose first byte has not come yet.
+    owed: u32,
+    /// When it last showed progress while owing (a first byte, or the first debt).
+    progress_at: Option<Instant>,
+    /// How long it may go without progress: the longest overdue bound among the streams
+    /// owed since it last owed nothing.
+    allowance: Duration,
+    /// The current stall has been logged.
+    stall_reported: bool,
 }
 
 impl Health {
@@ -74,6 +89,21 @@ impl Health {
         Some(eject(&mut h, config, now))
     }
 
+    /// Whether the replica owes a stream's first byte and has shown no progress for longer
+    /// than it was allowed. Logs the first sighting of each stall.
+    pub fn is_stalled(&self, now: Instant, name: &str) -> bool {
+        let mut h = self.inner.lock();
+        let stalled = h.owed > 0
+            && h.progress_at
+                .is_some_and(|t| now.saturating_duration_since(t) > h.allowance);
+        if stalled && !h.stall_reported {
+            h.stall_reported = true;
+            tracing::warn!(replica = name, owed = h.owed, allowance = ?h.allowance,
+                "replica owes first bytes long past their predicted TTFT; passed over until one comes");
+        }
+        stalled
+    }
+
     /// A request reached the replica.
     pub fn on_success(&self) {
         let mut h = self.inner.lock();
@@ -107,6 +137,49 @@ impl Health {
     }
 }
 
+/// A stream's first byte, owed by its replica from when it is sent until it arrives (or the
+/// request ends without one): see [`Health::is_stalled`].
+#[derive(Debug)]
+pub struct FirstByteOwed {
+    replica: Arc<ReplicaState>,
+}
+
+impl FirstByteOwed {
+    /// The stream was sent now; its first byte is overdue after `allowance`.
+    pub fn new(replica: Arc<ReplicaState>, allowance: Duration, now: Instant) -> Self {
+        {
+            let mut h = replica.health.inner.lock();
+            if h.owed == 0 {
+                h.progress_at = Some(now);
+                h.allowance = allowance;
+            } else {
+                h.allowance = h.allowance.max(allowance);
+            }
+            h.owed += 1;
+        }
+        Self { replica }
+    }
+
+    /// The first byte came: the replica is making progress.
+    pub fn arrived(self, now: Instant) {
+        let mut h = self.replica.health.inner.lock();
+        h.progress_at = Some(now);
+        h.stall_reported = false;
+        // Drop settles the debt.
+    }
+}
+
+impl Drop for FirstByteOwed {
+    fn drop(&mut self) {
+        let mut h = self.replica.health.inner.lock();
+        h.owed = h.owed.saturating_sub(1);
+        if h.owed == 0 {
+            h.progress_at = None;
+            h.stall_reported = false;
+        }
+    }
+}
+
 /// Eject for a backoff that doubles with each ejection since the last success.
 fn eject(h: &mut HealthInner, config: &HealthConfig, now: Instant) -> Duration {
     h.connect_failures = h.connect_failures.saturating_add(1);
@@ -130,6 +203,7 @@ mod tests {
             eject_base_ms: 100,
             eject_max_ms: 350,
             consecutive_failures: 3,
+            ..HealthConfig::default()
         }
     }
 

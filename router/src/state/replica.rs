@@ -404,6 +404,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_replica_owing_first_bytes_past_their_allowance_is_stalled_until_one_comes() {
+        use crate::state::health::FirstByteOwed;
+        use std::time::{Duration, Instant};
+        let replica = Arc::new(ReplicaState::new(
+            0,
+            "r0",
+            "http://127.0.0.1:1",
+            http::uri::Authority::from_static("127.0.0.1:1"),
+            TtftPrior::default(),
+        ));
+        let h = &replica.health;
+        let (t0, ms) = (Instant::now(), Duration::from_millis);
+        let stalled = |at: Duration| h.is_stalled(t0 + at, "r0");
+        let a = FirstByteOwed::new(replica.clone(), ms(100), t0);
+        assert!(!stalled(ms(100)));
+        assert!(stalled(ms(101)));
+        // Another stream sent meanwhile does not reset the clock: the replica showed nothing.
+        let b = FirstByteOwed::new(replica.clone(), ms(50), t0 + ms(90));
+        assert!(stalled(ms(101)));
+        // A first byte is progress: the clock starts again for what is still owed.
+        a.arrived(t0 + ms(120));
+        assert!(!stalled(ms(200)));
+        assert!(stalled(ms(221)));
+        // Nothing owed, nothing stalled, however long it has been.
+        drop(b);
+        assert!(!stalled(ms(10_000)));
+        // A stream that ends without a first byte (an error, a timeout) settles its debt too.
+        let c = FirstByteOwed::new(replica.clone(), ms(10), t0 + ms(20_000));
+        assert!(stalled(ms(20_011)));
+        drop(c);
+        assert!(!stalled(ms(20_011)));
+    }
+
+    #[test]
     fn guards_release_what_they_hold() {
         let replica = Arc::new(ReplicaState::new(
             0,
