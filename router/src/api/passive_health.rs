@@ -1,11 +1,12 @@
 //! Passive health: what forwarding tells about a replica. A refused or unreachable connection
 //! ejects it for a backoff (see `crate::state::health`) and forgets its index entries (a replica
 //! that refuses connections has likely restarted, with an empty cache), and the attempt may be
-//! retried elsewhere. Failed answers (5xx, no head in time, resets, connections that time out)
-//! eject it after a run of them, unless half its pool is out already; a good answer clears all
-//! that. A connection this process could not open (out of file descriptors, ports, buffers) says
-//! nothing about the replica: it is retried elsewhere and changes no health. Every upstream
-//! failure is counted by kind.
+//! retried. Failed answers (5xx, no head in time, resets, connections that time out, streams
+//! that break or go silent after their head) eject it after a run of them, unless half its pool
+//! is out already; a good answer (its body ended cleanly) clears all that. A connection this
+//! process could not open (out of file descriptors, ports, buffers) says nothing about the
+//! replica: it is retried elsewhere and changes no health. Every upstream failure is counted by
+//! kind.
 
 use super::forward::UpstreamError;
 use super::{Admitted, AttemptError, Chosen};
@@ -136,34 +137,37 @@ impl<F> Observed<F> {
         &self.request.ctx().table.config
     }
 
-    /// Whether one more of the model's replicas may be ejected for its answers: at most half
-    /// of them may be out, so that a bad request pattern or an upstream outage cannot eject
-    /// the whole fleet.
-    fn may_eject(&self) -> bool {
-        let now = Instant::now();
-        self.request
-            .ctx()
-            .table
-            .candidates(&self.request.features().model)
-            .is_some_and(|all| {
-                let out = all
-                    .iter()
-                    .filter(|c| !c.replica.health.is_ready(now))
-                    .count();
-                2 * (out + 1) <= all.len()
-            })
-    }
-
     /// One more failed answer from the replica; a run of them ejects it.
     fn answer_failed(&self) {
-        let replica = &self.replica;
-        if let Some(backoff) =
-            replica
-                .health
-                .on_failure(&self.config().health, Instant::now(), || self.may_eject())
-        {
-            tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
-        }
+        answer_failed(
+            &self.replica,
+            &self.request.ctx().table,
+            &self.request.features().model,
+        );
+    }
+}
+
+/// One more failed answer from `replica` (serving `model` in `table`): a run of them ejects it,
+/// as long as at most half of the model's replicas are out, so that a bad request pattern or an
+/// upstream outage cannot eject the whole fleet. Also for answers that break after their head
+/// (a reset or a silent stream).
+pub fn answer_failed(replica: &ReplicaState, table: &crate::state::table::Table, model: &str) {
+    let may_eject = || {
+        let now = Instant::now();
+        table.candidates(model).is_some_and(|all| {
+            let out = all
+                .iter()
+                .filter(|c| !c.replica.health.is_ready(now))
+                .count();
+            2 * (out + 1) <= all.len()
+        })
+    };
+    if let Some(backoff) =
+        replica
+            .health
+            .on_failure(&table.config.health, Instant::now(), may_eject)
+    {
+        tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
     }
 }
 
@@ -198,10 +202,9 @@ where
                 self.answer_failed();
                 Poll::Ready(Ok(resp))
             }
-            Poll::Ready(Ok(resp)) => {
-                self.replica.health.on_success();
-                Poll::Ready(Ok(resp))
-            }
+            // Judged when its body ends (`forward::respond`): a stream that breaks midway
+            // is a failed answer, not a good one.
+            Poll::Ready(Ok(resp)) => Poll::Ready(Ok(resp)),
             Poll::Ready(Err(e)) => Poll::Ready(Err(self.failed(e))),
         }
     }
