@@ -290,9 +290,10 @@ impl PrefixIndex for ApproxIndex {
         if cap == 0 || hashes.is_empty() {
             return;
         }
-        // Blocks past the bound would be evicted by this very call (the first blocks are
-        // touched last, so they are the ones that stay): skip them.
-        let hashes = &hashes[..hashes.len().min(cap)];
+        // One request records at most half of the replica's bound (its first blocks: an engine
+        // evicts a finished request's last blocks first), so that a giant prompt, which the
+        // engine may well refuse, cannot flush everything else the replica is known to hold.
+        let hashes = &hashes[..hashes.len().min(cap.div_ceil(2))];
         let lru = self.replicas.entry(replica).or_default();
         for &hash in hashes.iter().rev() {
             if let Some(node) = self.holders.get(&hash).and_then(|h| h.node_of(replica)) {
