@@ -237,6 +237,56 @@ async fn a_replica_owing_a_first_byte_long_overdue_is_passed_over_until_it_answe
     s.stop().await;
 }
 
+/// An engine whose `/health` fails (its metrics still fine) is no candidate while it fails,
+/// with `health.active_path`; without it, nothing looks there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_checks_take_out_an_engine_whose_health_fails_and_bring_it_back() {
+    let s = Setup::new(
+        &["--replicas", "2"],
+        "health:\n  active_path: /health\n  active_interval_ms: 50\nscrape:\n  failures_before_unready: 2\n",
+    )
+    .await;
+    let r = post(
+        s.replica_addr("r0"),
+        "/admin/faults",
+        r#"{"unhealthy": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let ready = |m: &str| metric(m, "warmpath_replica_ready", &[("replica", "r0")]);
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = router_metrics(s.router.admin_addr).await;
+        if ready(&m) == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready(&m), 0.0, "{m}");
+    assert!(metric(&m, "warmpath_health_checks_total", &[("result", "error")]) >= 2.0);
+    for i in 0..6 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&format!("q {i}"), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.replica(), "r1");
+    }
+    let r = post(s.replica_addr("r0"), "/admin/faults", r#"{"clear": true}"#).await;
+    assert_eq!(r.status, 200);
+    for _ in 0..100 {
+        m = router_metrics(s.router.admin_addr).await;
+        if ready(&m) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready(&m), 1.0, "one passing check brings it back: {m}");
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_replicas_give_502_then_503() {
     let closed = {

@@ -435,7 +435,7 @@ impl Default for ScrapeConfig {
 
 /// Passive health checking: a replica that refuses connections is ejected for a backoff that
 /// doubles on each consecutive failure.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HealthConfig {
     pub eject_base_ms: u64,
@@ -448,6 +448,12 @@ pub struct HealthConfig {
     /// passed over while another replica can serve; its first byte ends that. 0 turns this off.
     pub overdue_factor: f64,
     pub overdue_min_ms: u64,
+    /// Active checks: a GET of this path on each replica's serving port every
+    /// `active_interval_ms` (vLLM's and SGLang's `/health`); a replica failing
+    /// `scrape.failures_before_unready` in a row (a refused connection at once) is no candidate
+    /// until one passes. `None`: off (the metrics scrape still doubles as a probe).
+    pub active_path: Option<String>,
+    pub active_interval_ms: u64,
 }
 
 impl Default for HealthConfig {
@@ -458,6 +464,8 @@ impl Default for HealthConfig {
             consecutive_failures: 5,
             overdue_factor: 10.0,
             overdue_min_ms: 5_000,
+            active_path: None,
+            active_interval_ms: 1_000,
         }
     }
 }
@@ -747,6 +755,20 @@ impl Config {
             return Err((
                 root.key("health").key("eject_max_ms"),
                 "needs 0 < eject_base_ms <= eject_max_ms".to_owned(),
+            ));
+        }
+        if let Some(path) = &h.active_path {
+            if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+                return Err((
+                    root.key("health").key("active_path"),
+                    format!("`{path}` is not a path (like /health)"),
+                ));
+            }
+        }
+        if h.active_interval_ms == 0 {
+            return Err((
+                root.key("health").key("active_interval_ms"),
+                "must be at least 1".to_owned(),
             ));
         }
         if !(h.overdue_factor.is_finite() && h.overdue_factor >= 0.0) {

@@ -58,6 +58,7 @@ pub struct Metrics {
     pub ready: Family<ReplicaLabels, Gauge>,
     pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub scrapes: Family<ResultLabels, Counter>,
+    pub health_checks: Family<ResultLabels, Counter>,
     pub config_reloads: Family<ResultLabels, Counter>,
     pub kubernetes: KubernetesMetrics,
     pub pd: PdMetrics,
@@ -213,6 +214,12 @@ impl Metrics {
             "Engine metric scrapes by result",
             scrapes.clone(),
         );
+        let health_checks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "health_checks",
+            "Active checks of the engines' health endpoint (health.active_path) by result",
+            health_checks.clone(),
+        );
         let config_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "config_reloads",
@@ -313,6 +320,7 @@ impl Metrics {
             ready,
             prefill_per_token,
             scrapes,
+            health_checks,
             config_reloads,
             kubernetes,
             pd,

@@ -4,6 +4,9 @@
 //! minimal Prometheus text parser rather than a client library. A scrape that succeeds marks
 //! the replica's server up; a refused connection marks it down at once; other failures only
 //! after a few in a row. Values older than `stale_after_ms` are unknown to the scheduler.
+//!
+//! With `health.active_path`, the same task checks the engine's own health endpoint every
+//! `active_interval_ms`: an engine can serve metrics while it cannot serve requests.
 
 use crate::config::{Engine, TimeoutsConfig};
 use crate::metrics::{Metrics, ResultLabels};
@@ -154,22 +157,18 @@ enum ScrapeFailure {
     Other,
 }
 
-async fn scrape_once(
+/// GET `path` on `authority` within `timeout`: the body (at most `max_bytes`) of a 2xx answer.
+async fn get(
     client: &ScrapeClient,
-    replica: &ReplicaState,
-    target: &ScrapeTarget,
+    authority: http::uri::Authority,
+    path: &str,
     timeout: Duration,
-) -> Result<String, ScrapeFailure> {
-    let authority = match target.port {
-        None => replica.authority.clone(),
-        Some(port) => format!("{}:{port}", replica.authority.host())
-            .parse()
-            .map_err(|_| ScrapeFailure::Other)?,
-    };
+    max_bytes: usize,
+) -> Result<Bytes, ScrapeFailure> {
     let uri = http::Uri::builder()
         .scheme("http")
         .authority(authority)
-        .path_and_query(target.path.as_str())
+        .path_and_query(path)
         .build()
         .map_err(|_| ScrapeFailure::Other)?;
     let fut = async {
@@ -183,17 +182,35 @@ async fn scrape_once(
         if !resp.status().is_success() {
             return Err(ScrapeFailure::Other);
         }
-        let body = Limited::new(resp.into_body(), MAX_METRICS_BYTES)
+        Ok(Limited::new(resp.into_body(), max_bytes)
             .collect()
             .await
             .map_err(|_| ScrapeFailure::Other)?
-            .to_bytes();
-        String::from_utf8(body.to_vec()).map_err(|_| ScrapeFailure::Other)
+            .to_bytes())
     };
     tokio::time::timeout(timeout, fut)
         .await
         .unwrap_or(Err(ScrapeFailure::Other))
 }
+
+async fn scrape_once(
+    client: &ScrapeClient,
+    replica: &ReplicaState,
+    target: &ScrapeTarget,
+    timeout: Duration,
+) -> Result<String, ScrapeFailure> {
+    let authority = match target.port {
+        None => replica.authority.clone(),
+        Some(port) => format!("{}:{port}", replica.authority.host())
+            .parse()
+            .map_err(|_| ScrapeFailure::Other)?,
+    };
+    let body = get(client, authority, &target.path, timeout, MAX_METRICS_BYTES).await?;
+    String::from_utf8(body.to_vec()).map_err(|_| ScrapeFailure::Other)
+}
+
+/// A health endpoint's body is not read for meaning; a broken one is bounded all the same.
+const MAX_HEALTH_BYTES: usize = 64 << 10;
 
 /// Scrape one replica until it is removed (the publisher aborts the task) or the router stops
 /// (the table channel closes). Settings are re-read from the current table every round, so a
@@ -201,6 +218,8 @@ async fn scrape_once(
 /// of its active health.
 pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<Metrics>) {
     let mut client: Option<(TimeoutsConfig, ScrapeClient)> = None;
+    let mut next_check = Instant::now();
+    let mut checking = false;
     loop {
         if tables.closed() {
             return;
@@ -208,13 +227,48 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
         let table = tables.current();
         let cfg = table.config.scrape;
         let timeouts = table.config.timeouts;
+        let active = table.config.health.active_path.clone();
+        let active_every = Duration::from_millis(table.config.health.active_interval_ms);
         drop(table);
         let interval = Duration::from_millis(cfg.interval_ms);
-        if let Some(target) = replica.scrape_target() {
-            if client.as_ref().is_some_and(|(t, _)| *t != timeouts) {
-                client = None;
+        if client.as_ref().is_some_and(|(t, _)| *t != timeouts) {
+            client = None;
+        }
+        let (_, http) = client.get_or_insert_with(|| (timeouts, build_client(&timeouts)));
+        match active {
+            Some(path) if Instant::now() >= next_check => {
+                next_check = Instant::now() + active_every;
+                checking = true;
+                let result = get(
+                    http,
+                    replica.authority.clone(),
+                    &path,
+                    Duration::from_millis(cfg.timeout_ms),
+                    MAX_HEALTH_BYTES,
+                )
+                .await;
+                let refused = matches!(result, Err(ScrapeFailure::Refused));
+                replica
+                    .health
+                    .on_probe(result.is_ok(), refused, cfg.failures_before_unready);
+                let label = match result {
+                    Ok(_) => "ok",
+                    Err(_) if refused => "refused",
+                    Err(_) => "error",
+                };
+                metrics
+                    .health_checks
+                    .get_or_create(&ResultLabels { result: label })
+                    .inc();
             }
-            let (_, http) = client.get_or_insert_with(|| (timeouts, build_client(&timeouts)));
+            Some(_) => {}
+            None if checking => {
+                checking = false;
+                replica.health.clear_probe();
+            }
+            None => {}
+        }
+        if let Some(target) = replica.scrape_target() {
             let result = scrape_once(
                 http,
                 &replica,

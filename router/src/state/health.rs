@@ -1,7 +1,7 @@
 //! Replica health: passive (a refused connection ejects a replica at once; answers that fail,
 //! 5xx, timeouts and resets, eject it after `consecutive_failures` in a row, as Envoy's outlier
 //! detection does; each ejection's backoff doubles) and active (the metrics scrape doubles as a
-//! health probe).
+//! health probe; `health.active_path` adds a check of the engine's own health endpoint).
 //!
 //! A replica that owes first bytes of streams for far longer than their predicted TTFT, with
 //! no first byte from it meanwhile (a hung engine still answering its metrics), is *stalled*:
@@ -31,6 +31,9 @@ struct HealthInner {
     failures: u32,
     scrape_failures: u32,
     scrape_down: bool,
+    /// Active checks (`health.active_path`) failed in a row, and whether that made it down.
+    probe_failures: u32,
+    probe_down: bool,
     /// Streams sent to it whose first byte has not come yet.
     owed: u32,
     /// When it last showed progress while owing (a first byte, or the first debt).
@@ -46,7 +49,7 @@ impl Health {
     /// May the router send this replica a request now?
     pub fn is_ready(&self, now: Instant) -> bool {
         let h = self.inner.lock();
-        !h.scrape_down && h.ejected_until.is_none_or(|t| now >= t)
+        !h.scrape_down && !h.probe_down && h.ejected_until.is_none_or(|t| now >= t)
     }
 
     /// A connection to the replica failed: eject it. Returns the backoff applied.
@@ -124,6 +127,28 @@ impl Health {
             h.ejected_until = None;
             h.connect_failures = 0;
         }
+    }
+
+    /// An active check's verdict: a pass brings the replica back at once; failures take it
+    /// out after `threshold` in a row, a refused connection at once.
+    pub fn on_probe(&self, passed: bool, refused: bool, threshold: u32) {
+        let mut h = self.inner.lock();
+        if passed {
+            h.probe_failures = 0;
+            h.probe_down = false;
+            return;
+        }
+        h.probe_failures = h.probe_failures.saturating_add(1);
+        if refused || h.probe_failures >= threshold {
+            h.probe_down = true;
+        }
+    }
+
+    /// Active checks were turned off: their verdict no longer counts.
+    pub fn clear_probe(&self) {
+        let mut h = self.inner.lock();
+        h.probe_failures = 0;
+        h.probe_down = false;
     }
 
     /// A scrape failed. A refused connection is conclusive at once; other failures (timeouts,
