@@ -180,6 +180,10 @@ pub async fn start_with(
     };
     let draining = Arc::new(AtomicBool::new(false));
     let body_budget_bytes = config.limits.max_buffered_body_bytes;
+    let stall_watch = body::StallWatch::new(
+        Duration::from_millis(config.timeouts.write_stall_ms),
+        metrics.client_write_stalls.clone(),
+    );
     let accept_before_drain = Duration::from_millis(config.shutdown.accept_ms);
     let bound = config.start_only();
 
@@ -241,6 +245,7 @@ pub async fn start_with(
         discovery: discovery.clone(),
         admission,
         body_budget_bytes,
+        stall_watch: stall_watch.clone(),
     });
     let admin = admin::service(admin::AdminState {
         tables: tables.clone(),
@@ -267,6 +272,7 @@ pub async fn start_with(
             admin_options,
         )),
         tokio::spawn(publisher.run(updates_rx, shutdown_rx.clone())),
+        tokio::spawn(stall_watch.run(shutdown_rx.clone())),
     ]);
     if let Some(cluster) = options.kubernetes {
         tasks.push(tokio::spawn(kubernetes::run(

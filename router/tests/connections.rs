@@ -174,3 +174,55 @@ async fn a_client_that_stops_reading_is_let_go_and_its_replica_freed() {
     drop(c);
     s.stop().await;
 }
+
+/// The same over HTTP/2, where a client can stop taking data without filling any socket: it
+/// leaves its stream's window at 0. The router's writes never wait (there is nothing it may
+/// send), so the socket-level guard cannot see it; the response is cut once it has waited for
+/// the client `timeouts.write_stall_ms`, and the replica is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_leaves_its_window_at_zero_is_cut_off_and_its_replica_freed() {
+    use http_body_util::Full;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let s = Setup::new(
+        &["--timing", "zero", "--max-model-len", "100000"],
+        "timeouts:\n  write_stall_ms: 300\n",
+    )
+    .await;
+    wait_ready(s.router.admin_addr).await;
+    let tcp = TcpStream::connect(s.router.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .adaptive_window(false)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let body = serde_json::json!({"model": "tiny", "prompt": "go on", "max_tokens": 60000,
+        "stream": true, "ignore_eos": true})
+    .to_string();
+    let req = http::Request::post(format!("http://{}/v1/completions", s.router.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    // The head comes (HEADERS are not flow-controlled); the body is never read.
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = router_metrics(s.router.admin_addr).await;
+        let inflight = metric(&m, "warmpath_inflight_requests", &[("replica", "r0")]);
+        if inflight == 0.0 && metric(&m, "warmpath_client_write_stalls_total", &[]) == 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client with a closed window still holds r0: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The connection itself serves on.
+    let r = post(s.router.addr, "/v1/completions", &completion("next", 2)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    drop(resp);
+    s.stop().await;
+}

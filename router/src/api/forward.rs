@@ -5,7 +5,7 @@
 
 use super::{Chosen, StageFuture};
 use crate::body::{
-    Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, SseError, UsageScan,
+    Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, SseError, StallWatch, UsageScan,
 };
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
@@ -149,11 +149,15 @@ pub async fn send(
 #[derive(Clone)]
 pub struct Forward {
     metrics: Arc<Metrics>,
+    stall_watch: Arc<StallWatch>,
 }
 
 impl Forward {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { metrics }
+    pub fn new(metrics: Arc<Metrics>, stall_watch: Arc<StallWatch>) -> Self {
+        Self {
+            metrics,
+            stall_watch,
+        }
     }
 }
 
@@ -168,6 +172,7 @@ impl Service<Chosen> for Forward {
 
     fn call(&mut self, chosen: Chosen) -> Self::Future {
         let metrics = self.metrics.clone();
+        let stall_watch = self.stall_watch.clone();
         Box::pin(async move {
             let replica = chosen.routed.candidate.replica.clone();
             let read = &chosen.request.parsed.read;
@@ -194,7 +199,10 @@ impl Service<Chosen> for Forward {
                     send(&replica, &head, body, &timeouts).await?
                 }
             };
-            Ok(respond(upstream, chosen, forwarded, owed, metrics))
+            let mut resp = respond(upstream, chosen, forwarded, owed, metrics);
+            let body = std::mem::take(resp.body_mut());
+            *resp.body_mut() = stall_watch.watch(body).boxed_unsync();
+            Ok(resp)
         })
     }
 }

@@ -196,6 +196,8 @@ pub struct StackParts {
     pub admission: Arc<dyn Admission>,
     /// `limits.max_buffered_body_bytes` (read at start).
     pub body_budget_bytes: usize,
+    /// Every response body is registered here, for clients that stop taking data.
+    pub stall_watch: Arc<crate::body::StallWatch>,
 }
 
 /// The whole API stack for requests with body type `B`.
@@ -238,7 +240,10 @@ where
             parts.index.clone(),
             parts.metrics.clone(),
         ))
-        .service(forward::Forward::new(parts.metrics.clone()));
+        .service(forward::Forward::new(
+            parts.metrics.clone(),
+            parts.stall_watch.clone(),
+        ));
     ServiceBuilder::new()
         .layer(request_id::RequestIdLayer)
         .service(endpoints::Endpoints::new(

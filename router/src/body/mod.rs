@@ -7,16 +7,19 @@
 //! connection is handed back at the end, a silent replica is cut, the output tokens are counted
 //! for flow control, the first chunk times TTFT, and the end (or drop) settles the request's
 //! metrics, in-flight counters and admission permit. Around a streamed answer, [`SseError`]
-//! turns a break midway into a last error event and a clean end.
+//! turns a break midway into a last error event and a clean end. Outermost, every response is
+//! [`Watched`] for a client that stops taking data ([`StallWatch`]).
 
 mod accounting;
 mod first_chunk;
 mod idle;
 mod sse_error;
+mod stall;
 pub mod usage;
 
 pub use accounting::{Accounting, Outcome};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
 pub use sse_error::SseError;
+pub use stall::{StallWatch, Watched};
 pub use usage::UsageScan;

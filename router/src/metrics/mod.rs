@@ -59,6 +59,7 @@ pub struct Metrics {
     pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub scrapes: Family<ResultLabels, Counter>,
     pub health_checks: Family<ResultLabels, Counter>,
+    pub client_write_stalls: Counter,
     pub config_reloads: Family<ResultLabels, Counter>,
     pub kubernetes: KubernetesMetrics,
     pub pd: PdMetrics,
@@ -214,6 +215,12 @@ impl Metrics {
             "Engine metric scrapes by result",
             scrapes.clone(),
         );
+        let client_write_stalls = Counter::default();
+        registry.register(
+            "client_write_stalls",
+            "Responses cut because their client took no data for timeouts.write_stall_ms (an HTTP/2 window left at 0, a full socket): their replicas are freed",
+            client_write_stalls.clone(),
+        );
         let health_checks = Family::<ResultLabels, Counter>::default();
         registry.register(
             "health_checks",
@@ -321,6 +328,7 @@ impl Metrics {
             prefill_per_token,
             scrapes,
             health_checks,
+            client_write_stalls,
             config_reloads,
             kubernetes,
             pd,
