@@ -24,8 +24,11 @@ use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::{Policy, Retry};
 use tower::{Layer, Service};
 
-/// Replicas tried per request when connections are refused or answers are 502/503.
-pub const MAX_ATTEMPTS: usize = 2;
+/// Replicas tried per request when connections are refused or answers are 502/503. Three, not
+/// two: during a rollout one replica may be restarting while another refuses (a soak with both
+/// faults lost a request to that pair with two); the budget, not this, is what bounds retries
+/// in an outage.
+pub const MAX_ATTEMPTS: usize = 3;
 
 /// The retry budget: each request's deposit counts for 10 s; retries may be a fifth of the
 /// requests, and at least 10 a second (so that a quiet router still retries a lone refusal).
@@ -75,8 +78,10 @@ pub struct RetrySafe {
     remaining: usize,
     budget: Arc<TpsBudget>,
     metrics: Arc<Metrics>,
-    /// What the last retried try ended with, for when no replica is left.
+    /// What the last retried try ended with, for when no replica is left: a refusal, or an
+    /// engine's own 502/503 answer (passed on as it came).
     last: Option<ApiError>,
+    last_answer: Option<Arc<parking_lot::Mutex<Option<Response<RespBody>>>>>,
 }
 
 impl RetrySafe {
@@ -86,6 +91,7 @@ impl RetrySafe {
             budget,
             metrics,
             last: None,
+            last_answer: None,
         }
     }
 
@@ -123,31 +129,32 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
             Err(AttemptError::Refused { replica, error }) => {
                 attempt.exclude.push(*replica);
                 self.last = Some(error.clone());
+                self.last_answer = None;
                 self.another("refused").then(|| std::future::ready(()))
             }
             Err(AttemptError::Unavailable {
-                replica,
-                name,
-                status,
-                response,
+                replica, response, ..
             }) => {
+                // The replica's own answer, as it came.
+                let answer = std::mem::replace(
+                    response.get_mut().unwrap_or_else(|p| p.into_inner()),
+                    Response::new(crate::errors::full_body("")),
+                );
                 if !self.another("unavailable") {
-                    // The replica's own answer, as it came.
-                    let response = std::mem::replace(
-                        response.get_mut().unwrap_or_else(|p| p.into_inner()),
-                        Response::new(crate::errors::full_body("")),
-                    );
-                    *result = Ok(response);
+                    *result = Ok(answer);
                     return None;
                 }
-                let (replica, status, name) = (*replica, *status, name.clone());
-                attempt.exclude.push(replica);
-                self.last = Some(ApiError::upstream_unavailable(&name, status));
+                attempt.exclude.push(*replica);
+                self.last = None;
+                self.last_answer = Some(Arc::new(parking_lot::Mutex::new(Some(answer))));
                 Some(std::future::ready(()))
             }
             Err(AttemptError::NoReplica(_)) => {
-                if let Some(last) = self.last.take() {
-                    *result = Err(AttemptError::Failed(last));
+                let answer = self.last_answer.take().and_then(|a| a.lock().take());
+                match (answer, self.last.take()) {
+                    (Some(answer), _) => *result = Ok(answer),
+                    (None, Some(last)) => *result = Err(AttemptError::Failed(last)),
+                    (None, None) => {}
                 }
                 None
             }
