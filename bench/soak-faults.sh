@@ -176,9 +176,8 @@ while [ $SECONDS -lt $END ]; do
   wait "$load" || true
 done
 sleep "$SAMPLE_S"
-cp "$WORK/router.log" "$RESULTS/router.log.tmp" 2>/dev/null || true
-grep -c "" "$RESULTS/router.log.tmp" >/dev/null 2>&1 && tail -200 "$RESULTS/router.log.tmp" > "$RESULTS/router-log-tail.txt"
-rm -f "$RESULTS/router.log.tmp"
+# The router's warnings, colours stripped: what it said about each fault.
+sed 's/\x1b\[[0-9;]*m//g' "$WORK/router.log" | grep -E ' (WARN|ERROR) ' > "$RESULTS/router-warnings.txt" || true
 
 python3 - "$RESULTS/samples.tsv" "$DURATION_S" "$WORK" > "$RESULTS/summary.txt" <<'PY'
 import csv, glob, json, sys

@@ -15,10 +15,12 @@ TARGETS=${TARGETS:-"request_parse config_parse kv_events_decode sse_usage"}
 RSS_MB=${RSS_MB:-2048}
 mkdir -p results
 out=results/RESULTS.md
+# Read before the results file is rewritten (which is itself a change to the tree).
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 {
   echo "# Fuzzing results"
   echo
-  echo "\`FUZZ_SECONDS=$FUZZ_SECONDS bash fuzz/run.sh\`, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)'), $(nproc) cores."
+  echo "\`FUZZ_SECONDS=$FUZZ_SECONDS bash fuzz/run.sh\`, $(date -u +%FT%TZ), commit $commit, $(nproc) cores."
   echo
   echo "| target | seconds | executions | exec/s | corpus inputs | crashes |"
   echo "|---|---|---|---|---|---|"
