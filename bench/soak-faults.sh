@@ -13,7 +13,7 @@
 #   - every KILL_S seconds one simulator process is killed (SIGKILL, its streams cut) and started
 #     again 5 s later.
 # Every SAMPLE_S seconds: the router's RSS and open file descriptors (/proc). Writes into RESULTS:
-# samples.tsv, faults.log, the commands, the router configuration, and summary.txt: every client
+# samples.tsv, faults.txt, the commands, the router configuration, and summary.txt: every client
 # outcome by kind, what of it a router cannot save (below), RSS and fds after warm-up, at the end,
 # their maximum and their slope over the second half. About DURATION_S + 1 minute.
 #
@@ -49,7 +49,7 @@ BIN=${BIN_DIR:-target/release}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/samples.tsv "$RESULTS"/commands.txt "$RESULTS"/summary.txt "$RESULTS"/faults.log
+rm -f "$RESULTS"/samples.tsv "$RESULTS"/commands.txt "$RESULTS"/summary.txt "$RESULTS"/faults.txt
 
 declare -A SIM_PIDS
 start_sim() { # replica index
@@ -116,7 +116,7 @@ injector() {
   while true; do
     sleep "$FAULT_S"
     local i=$((k % REPLICAS)) kind=${kinds[$((k % 5))]}
-    echo "$((SECONDS - start))s fault $kind on sim-$i for ${FAULT_FOR_S}s" >> "$RESULTS/faults.log"
+    echo "$((SECONDS - start))s fault $kind on sim-$i for ${FAULT_FOR_S}s" >> "$RESULTS/faults.txt"
     case $kind in
       errors) fault "$i" "{\"error_rate\": 0.5, \"for_ms\": $ms}" ;;
       hang) fault "$i" "{\"hang\": true, \"for_ms\": $ms}" ;;
@@ -133,7 +133,7 @@ churner() {
   local k=0 start=$SECONDS
   while true; do
     sleep "$CHURN_S"
-    echo "$((SECONDS - start))s config without sim-$((k % REPLICAS))" >> "$RESULTS/faults.log"
+    echo "$((SECONDS - start))s config without sim-$((k % REPLICAS))" >> "$RESULTS/faults.txt"
     write_config $((k % REPLICAS))
     k=$((k + 1))
   done
@@ -164,7 +164,7 @@ while [ $SECONDS -lt $END ]; do
   while kill -0 "$load" 2>/dev/null; do
     if [ $SECONDS -ge $NEXT_KILL ]; then
       i=$((kills % REPLICAS))
-      echo "$((SECONDS - START))s SIGKILL sim-$i, restarted 5 s later" >> "$RESULTS/faults.log"
+      echo "$((SECONDS - START))s SIGKILL sim-$i, restarted 5 s later" >> "$RESULTS/faults.txt"
       kill -9 "${SIM_PIDS[$i]}" 2>/dev/null || true
       sleep 5
       start_sim "$i"
