@@ -316,5 +316,32 @@ pub enum StartError {
     #[error("admin_token_file: {0}")]
     AdminToken(std::io::Error),
     #[error("tls: {0}")]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] TlsError),
+}
+
+/// Why the API listener's certificate or key did not load (`crate::server::tls`).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: no PEM certificate in it")]
+    NoCertificate { path: std::path::PathBuf },
+    #[error("{path}: no PEM private key in it (PKCS#8, PKCS#1 or SEC1): {message}")]
+    NoKey {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    #[error(
+        "the key in {key} does not fit the certificate in {cert}, or is unsupported: {source}"
+    )]
+    Mismatch {
+        cert: std::path::PathBuf,
+        key: std::path::PathBuf,
+        source: tokio_rustls::rustls::Error,
+    },
+    #[error("TLS settings: {0}")]
+    Config(tokio_rustls::rustls::Error),
 }

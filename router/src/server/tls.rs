@@ -4,6 +4,7 @@
 //! pair that does not load is logged and the old one kept: a bad rotation must not take the
 //! listener down.
 
+pub use crate::errors::TlsError;
 use parking_lot::Mutex;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,29 +19,6 @@ use tokio_rustls::TlsAcceptor;
 
 /// How often a handshake may look whether the files changed (a `stat` of each).
 const RECHECK: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("{path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: no PEM certificate in it")]
-    NoCertificate { path: PathBuf },
-    #[error("{path}: no PEM private key in it (PKCS#8, PKCS#1 or SEC1): {message}")]
-    NoKey { path: PathBuf, message: String },
-    #[error(
-        "the key in {key} does not fit the certificate in {cert}, or is unsupported: {source}"
-    )]
-    Mismatch {
-        cert: PathBuf,
-        key: PathBuf,
-        source: tokio_rustls::rustls::Error,
-    },
-    #[error("TLS settings: {0}")]
-    Config(tokio_rustls::rustls::Error),
-}
 
 /// A TLS acceptor for `cert` and `key` (PEM), offering HTTP/2 and HTTP/1.1 by ALPN.
 pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
