@@ -116,6 +116,16 @@ enum RoundError {
     Deadline(Duration),
 }
 
+/// `call`'s result, or [`RoundError::Deadline`] when it takes longer than `budget`.
+async fn within<T>(
+    budget: Duration,
+    call: impl std::future::Future<Output = Result<T, RoundError>>,
+) -> Result<T, RoundError> {
+    tokio::time::timeout(budget, call)
+        .await
+        .unwrap_or(Err(RoundError::Deadline(budget)))
+}
+
 /// Runs the election until `shutdown` resolves (then releases the lease if held and returns
 /// `Ok`) or leadership is lost (returns `Err`: the caller must stop writing and exit).
 pub struct Elector {
@@ -248,9 +258,7 @@ impl Elector {
                 _ => self.timing.renew_deadline,
             };
             let result = tokio::select! {
-                r = tokio::time::timeout(budget, self.round(&mut seen)) => {
-                    r.unwrap_or_else(|_| Err(RoundError::Deadline(budget)))
-                }
+                r = within(budget, self.round(&mut seen)) => r,
                 () = &mut shutdown => break,
             };
             let mut pause = self.timing.retry_period;
@@ -294,9 +302,7 @@ impl Elector {
         if self.leadership.is_leader() {
             // Stop writing first, then hand over.
             self.lead(false);
-            let released = tokio::time::timeout(self.timing.renew_deadline, self.release())
-                .await
-                .unwrap_or_else(|_| Err(RoundError::Deadline(self.timing.renew_deadline)));
+            let released = within(self.timing.renew_deadline, self.release()).await;
             if let Err(e) = released {
                 tracing::warn!(error = %e, "releasing the Lease failed; a standby takes over when it expires");
             } else {

@@ -78,10 +78,16 @@ pub struct RetrySafe {
     remaining: usize,
     budget: Arc<TpsBudget>,
     metrics: Arc<Metrics>,
-    /// What the last retried try ended with, for when no replica is left: a refusal, or an
-    /// engine's own 502/503 answer (passed on as it came).
-    last: Option<ApiError>,
-    last_answer: Option<Arc<parking_lot::Mutex<Option<Response<RespBody>>>>>,
+    /// What the last retried try ended with, for when no replica is left.
+    last: Option<Last>,
+}
+
+/// A retried try's outcome, kept for the client should no replica be left.
+#[derive(Clone)]
+enum Last {
+    Refused(ApiError),
+    /// An engine's own 502/503 answer, passed on as it came (shared: policies are `Clone`).
+    Answer(Arc<parking_lot::Mutex<Option<Response<RespBody>>>>),
 }
 
 impl RetrySafe {
@@ -91,7 +97,6 @@ impl RetrySafe {
             budget,
             metrics,
             last: None,
-            last_answer: None,
         }
     }
 
@@ -128,8 +133,7 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
         match result {
             Err(AttemptError::Refused { replica, error }) => {
                 attempt.exclude.push(*replica);
-                self.last = Some(error.clone());
-                self.last_answer = None;
+                self.last = Some(Last::Refused(error.clone()));
                 self.another("refused").then(|| std::future::ready(()))
             }
             Err(AttemptError::Unavailable {
@@ -145,16 +149,20 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
                     return None;
                 }
                 attempt.exclude.push(*replica);
-                self.last = None;
-                self.last_answer = Some(Arc::new(parking_lot::Mutex::new(Some(answer))));
+                self.last = Some(Last::Answer(Arc::new(parking_lot::Mutex::new(Some(
+                    answer,
+                )))));
                 Some(std::future::ready(()))
             }
             Err(AttemptError::NoReplica(_)) => {
-                let answer = self.last_answer.take().and_then(|a| a.lock().take());
-                match (answer, self.last.take()) {
-                    (Some(answer), _) => *result = Ok(answer),
-                    (None, Some(last)) => *result = Err(AttemptError::Failed(last)),
-                    (None, None) => {}
+                match self.last.take() {
+                    Some(Last::Refused(e)) => *result = Err(AttemptError::Failed(e)),
+                    Some(Last::Answer(a)) => {
+                        if let Some(answer) = a.lock().take() {
+                            *result = Ok(answer);
+                        }
+                    }
+                    None => {}
                 }
                 None
             }
