@@ -1,8 +1,12 @@
 //! Rendering the CRDs as the YAML files in the repository's `crds/` folder (one file per CRD,
-//! named `<plural>.<group>.yaml`), and finding files there that no longer match the types.
+//! named `<plural>.<group>.yaml`, holding every served version), and finding files there that
+//! no longer match the types.
 
-use crate::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use crate::{v1, v1alpha1};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition,
+};
+use kube::core::crd::{merge_crds, MergeError};
 use kube::CustomResourceExt;
 use std::path::Path;
 
@@ -15,6 +19,12 @@ const HEADER: &str = "# Generated from api/ by warmpath-crdgen; do not edit.\n\
 /// Errors of CRD rendering.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
+    #[error("merging the versions of CRD {kind}: {source}")]
+    Merge {
+        kind: &'static str,
+        #[source]
+        source: MergeError,
+    },
     #[error("rendering CRD {name} as JSON: {source}")]
     Json {
         name: String,
@@ -37,18 +47,44 @@ pub struct CrdFile {
     pub yaml: String,
 }
 
-/// Every CRD warmpath installs.
-pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
-        InferencePool::crd(),
-        InferenceReplica::crd(),
-        TenantPolicy::crd(),
-    ]
+/// Every CRD warmpath installs, each serving `v1alpha1` and `v1` and storing `v1`.
+///
+/// Conversion is `None`, written out although it is the API server's default: the API server
+/// then converts by rewriting `apiVersion` alone, so no webhook (TLS serving, the controller
+/// up) stands between a client and its objects. It is correct only because `v1` kept every
+/// field of `v1alpha1` as it was.
+pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
+    let merge = |kind: &'static str, versions: Vec<CustomResourceDefinition>| {
+        let mut crd =
+            merge_crds(versions, v1::VERSION).map_err(|source| CrdError::Merge { kind, source })?;
+        crd.spec.conversion = Some(CustomResourceConversion {
+            strategy: "None".to_owned(),
+            webhook: None,
+        });
+        Ok(crd)
+    };
+    Ok(vec![
+        merge(
+            "InferencePool",
+            vec![v1alpha1::InferencePool::crd(), v1::InferencePool::crd()],
+        )?,
+        merge(
+            "InferenceReplica",
+            vec![
+                v1alpha1::InferenceReplica::crd(),
+                v1::InferenceReplica::crd(),
+            ],
+        )?,
+        merge(
+            "TenantPolicy",
+            vec![v1alpha1::TenantPolicy::crd(), v1::TenantPolicy::crd()],
+        )?,
+    ])
 }
 
 /// The files `crds/` must hold.
 pub fn files() -> Result<Vec<CrdFile>, CrdError> {
-    all().iter().map(render).collect()
+    all()?.iter().map(render).collect()
 }
 
 /// One CRD as a YAML file.

@@ -1,8 +1,9 @@
-//! The Rust types as the router and controller use them: defaults, serde round trips in the
-//! API's camelCase shape, and helpers.
+//! The Rust types as the router and controller use them (`v1`): defaults, serde round trips in
+//! the API's camelCase shape, and helpers; and v1alpha1 objects read as v1 unchanged.
 
-use serde_json::json;
-use warmpath_api::v1alpha1::*;
+use serde_json::{json, Value};
+use warmpath_api::v1::*;
+use warmpath_api::v1alpha1;
 
 #[test]
 fn minimal_pool_gets_documented_defaults() {
@@ -48,7 +49,7 @@ fn full_pool_round_trips_in_camel_case() {
     assert_eq!(back.spec, pool.spec);
     assert_eq!(
         serde_json::to_value(&pool).unwrap()["apiVersion"],
-        "warmpath.dev/v1alpha1"
+        "warmpath.dev/v1"
     );
 }
 
@@ -161,4 +162,73 @@ fn replica_inherits_from_its_pool_and_is_checked_against_it() {
         msg.contains("mistral, phi") && msg.contains("\"p\"") && msg.contains("spec.models"),
         "{msg}"
     );
+}
+
+/// What the API server's `None` conversion does to a stored object: only `apiVersion` changes.
+fn as_version(mut object: Value, version: &str) -> Value {
+    object["apiVersion"] = format!("warmpath.dev/{version}").into();
+    object
+}
+
+/// Every field set, as a v1alpha1 client writes it, reads as v1 and writes back unchanged; and
+/// the other way round.
+#[test]
+fn objects_cross_between_v1alpha1_and_v1_unchanged() {
+    let pool = json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferencePool",
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": {
+            "models": ["llama", "llama-lora"], "selector": {"app": "vllm"}, "targetPort": 8000,
+            "role": "prefill", "engine": "sglang",
+            "metrics": {"enabled": false, "path": "/m", "port": 9100},
+            "kvEvents": {"port": 5557, "topic": "kv", "blockSize": 64, "replayPort": 5558,
+                "tokenizer": "/t/tokenizer.json", "chatTemplate": "/t/template.jinja"},
+            "scheduling": {"weights": {"prefix": 5, "load": 0, "queue": 1, "kvCache": 1}}
+        },
+        "status": {"observedGeneration": 2, "replicas": 3, "readyReplicas": 1,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                "message": "1 of 3 replicas ready", "observedGeneration": 2,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    });
+    let replica = json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferenceReplica",
+        "metadata": {"name": "vm", "namespace": "ml"},
+        "spec": {"pool": "llama", "address": "fd00::7", "port": 8000, "models": ["llama"],
+            "role": "decode", "engine": "vllm", "pod": "vllm-0"},
+        "status": {"observedGeneration": 1}
+    });
+    let tenant = json!({
+        "apiVersion": "warmpath.dev/v1alpha1", "kind": "TenantPolicy",
+        "metadata": {"name": "acme", "namespace": "ml"},
+        "spec": {"header": "acme", "apiKeySecretRef": {"name": "keys", "key": "k"},
+            "weight": 4, "priority": -10, "sheddable": true,
+            "limits": {"requestsPerSecond": 20, "burst": 40, "tokensPerSecond": 5000,
+                "tokenBurst": 20000, "maxConcurrentRequests": 8, "maxQueuedRequests": 0}},
+        "status": {"observedGeneration": 1, "apiKeys": 2}
+    });
+
+    fn cross<Old, New>(alpha: Value)
+    where
+        Old: serde::Serialize + serde::de::DeserializeOwned,
+        New: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let old: Old = serde_json::from_value(alpha.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&old).unwrap(),
+            alpha,
+            "v1alpha1 round trip"
+        );
+        let stable = as_version(alpha.clone(), "v1");
+        let new: New = serde_json::from_value(stable.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&new).unwrap(), stable, "read as v1");
+        let back: Old = serde_json::from_value(as_version(stable, "v1alpha1")).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            alpha,
+            "read back as v1alpha1"
+        );
+    }
+    cross::<v1alpha1::InferencePool, InferencePool>(pool);
+    cross::<v1alpha1::InferenceReplica, InferenceReplica>(replica);
+    cross::<v1alpha1::TenantPolicy, TenantPolicy>(tenant);
 }

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 
 /// How long a store may take to fill before a reconcile gives up on it (and retries later).
 const SYNC_WAIT: Duration = Duration::from_secs(30);
@@ -187,7 +187,7 @@ pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Ctx>) -> Action {
 #[cfg(test)]
 mod tests {
     use super::StatusPatch;
-    use warmpath_api::v1alpha1::TenantPolicyStatus;
+    use warmpath_api::v1::TenantPolicyStatus;
 
     #[test]
     fn status_patches_carry_only_the_status_and_clear_named_fields() {

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, InferenceReplicaSpec};
+use warmpath_api::v1::{InferencePool, InferenceReplica, InferenceReplicaSpec};
 
 /// Whether every `key=value` of `selector` is among `labels` (a Service-style equality
 /// selector; an empty selector matches nothing, so a mistake never selects a whole namespace).
@@ -198,7 +198,7 @@ pub(crate) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-    use warmpath_api::v1alpha1::InferencePoolSpec;
+    use warmpath_api::v1::InferencePoolSpec;
 
     pub fn pool(name: &str, selector: &[(&str, &str)], port: Option<i32>) -> InferencePool {
         let mut p = InferencePool::new(
@@ -350,7 +350,7 @@ pub(crate) mod tests {
             serde_json::to_value(desired[0].to_object("ns", owner)).unwrap()
         };
         let mut expected = serde_json::json!({
-            "apiVersion": "warmpath.dev/v1alpha1",
+            "apiVersion": "warmpath.dev/v1",
             "kind": "InferenceReplica",
             "metadata": {
                 "name": "llama-vllm-0-725b37ca",
@@ -360,7 +360,7 @@ pub(crate) mod tests {
                     "warmpath.dev/pool": "llama",
                 },
                 "ownerReferences": [{
-                    "apiVersion": "warmpath.dev/v1alpha1",
+                    "apiVersion": "warmpath.dev/v1",
                     "kind": "InferencePool",
                     "name": "llama",
                     "uid": "uid-llama",

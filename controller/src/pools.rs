@@ -15,7 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use warmpath_api::conditions::{self, ACCEPTED};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 
 /// Resync period: repairs anything a dropped watch event left behind.
 const RESYNC: Duration = Duration::from_secs(300);

@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use warmpath_api::conditions::{self, RESOLVED_REFS};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 
 const RESYNC: Duration = Duration::from_secs(300);
 

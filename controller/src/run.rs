@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::watch;
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
+use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 
 fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
 where

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use warmpath_api::conditions::{self, reason, ACCEPTED, READY, RESOLVED_REFS};
-use warmpath_api::v1alpha1::{
+use warmpath_api::v1::{
     InferencePool, InferencePoolStatus, InferenceReplica, InferenceReplicaStatus, TenantPolicy,
     TenantPolicyStatus,
 };
@@ -401,9 +401,7 @@ mod tests {
     use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
     use warmpath_api::conditions::{get, is_true};
-    use warmpath_api::v1alpha1::{
-        InferenceReplicaSpec, SecretKeyRef, TenantLimits, TenantPolicySpec,
-    };
+    use warmpath_api::v1::{InferenceReplicaSpec, SecretKeyRef, TenantLimits, TenantPolicySpec};
 
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())

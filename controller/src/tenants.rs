@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use warmpath_api::conditions::{self, RESOLVED_REFS};
-use warmpath_api::v1alpha1::TenantPolicy;
+use warmpath_api::v1::TenantPolicy;
 
 pub async fn reconcile(tenant: Arc<TenantPolicy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.reconcile("tenant", reconcile_tenant(&tenant, &ctx))

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 use warmpath_e2e::{controller_command, workspace_bin_release, KillOnDrop, TestNamespace};
 use warmpath_router::config::Config;
 use warmpath_router::kubernetes::Discovery;
@@ -163,7 +163,7 @@ async fn main() {
     .expect("router");
 
     let pool: InferencePool = serde_json::from_value(json!({
-        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferencePool",
+        "apiVersion": "warmpath.dev/v1", "kind": "InferencePool",
         "metadata": { "name": "big", "namespace": name },
         "spec": { "models": ["tiny"], "selector": { "app": "big" }, "targetPort": PORT,
                   "metrics": { "enabled": false } },

@@ -29,7 +29,9 @@ pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;
 pub use namespace::TestNamespace;
 pub use pods::{create_pod, set_pod_status};
-pub use resources::{warmpath_api, warmpath_object, warmpath_resource, WARMPATH_KINDS};
+pub use resources::{
+    warmpath_api, warmpath_object, warmpath_resource, warmpath_resource_at, WARMPATH_KINDS,
+};
 
 /// Label that tests put on the cluster-scoped objects they create (ClusterRoles, bindings)
 /// so that the namespace's cleanup deletes them too; its value is the test namespace's name.

@@ -11,17 +11,21 @@ pub const WARMPATH_KINDS: [(&str, &str); 3] = [
     ("TenantPolicy", "tenantpolicies"),
 ];
 
-/// The `warmpath.dev/v1alpha1` resource of `kind` (panics on a kind that is not warmpath's).
+/// The `warmpath.dev/v1` resource of `kind` (panics on a kind that is not warmpath's).
 pub fn warmpath_resource(kind: &str) -> ApiResource {
+    // Spelled out: the library does not depend on warmpath-api (only the tests do).
+    warmpath_resource_at("v1", kind)
+}
+
+/// The resource of `kind` at API `version` (`v1`, or the deprecated `v1alpha1` the API server
+/// still serves), for tests that cross versions.
+pub fn warmpath_resource_at(version: &str, kind: &str) -> ApiResource {
     let plural = WARMPATH_KINDS
         .iter()
         .find(|(k, _)| *k == kind)
         .map(|(_, p)| *p)
         .unwrap_or_else(|| panic!("{kind} is not a warmpath kind"));
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(crate::GROUP, "v1alpha1", kind),
-        plural,
-    )
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(crate::GROUP, version, kind), plural)
 }
 
 /// The API of `kind` objects in namespace `ns`.

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::InferenceReplica;
+use warmpath_api::v1::InferenceReplica;
 use warmpath_e2e::TestNamespace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

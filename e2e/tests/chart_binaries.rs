@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 use warmpath_e2e::{workspace_bin, Chart, KillOnDrop, TestNamespace};
 use warmpath_testkit::free_port;
 

@@ -1,7 +1,7 @@
 //! The generated CRDs (crds/, from api/) on the real API server: valid objects are accepted and
 //! defaulted, `kubectl get` shows the printer columns and short names work, statuses are
-//! written through the status subresource, and invalid objects are rejected with messages that
-//! say what to fix.
+//! written through the status subresource, invalid objects are rejected with messages that
+//! say what to fix, and objects cross between `v1alpha1` and `v1` unchanged.
 //!
 //! CRDs are cluster-scoped and shared with the other e2e tests running at the same time: they
 //! are applied with server-side apply under one field manager, which is idempotent, and never
@@ -9,7 +9,10 @@
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
-use warmpath_e2e::{repo_root, run, warmpath_api, warmpath_object, TestCluster, TestNamespace};
+use warmpath_api::{v1, v1alpha1};
+use warmpath_e2e::{
+    repo_root, run, warmpath_api, warmpath_object, warmpath_resource_at, TestCluster, TestNamespace,
+};
 
 fn api(ns: &TestNamespace, kind: &str) -> Api<DynamicObject> {
     warmpath_api(&ns.client(), ns.name(), kind)
@@ -389,6 +392,235 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         )
         .await
         .expect("other fields stay mutable");
+    ns.finish();
+}
+
+/// The API of `kind` objects at `version`.
+fn api_at(ns: &TestNamespace, version: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(ns.client(), ns.name(), &warmpath_resource_at(version, kind))
+}
+
+/// A `kind` object at `version`.
+fn object_at(version: &str, kind: &str, name: &str, spec: Value) -> DynamicObject {
+    DynamicObject::new(name, &warmpath_resource_at(version, kind)).data(json!({ "spec": spec }))
+}
+
+/// The CRDs serve both versions from one stored object (storage `v1`, conversion `None`): what
+/// is written through one version reads back through the other with the same spec and status,
+/// for objects created, updated (patch and replace) and given a status through either. The
+/// typed clients of both versions read every object.
+#[tokio::test]
+async fn objects_round_trip_between_v1alpha1_and_v1() {
+    let Some(ns) = TestNamespace::create("crds-versions").await else {
+        return;
+    };
+    apply_crds(ns.cluster());
+    let (alpha, stable) = (v1alpha1::VERSION, v1::VERSION);
+    let pp = PostParams::default();
+    // (kind, a spec with every field, a minimal spec, a change to make, a status to write)
+    let cases: [(&str, Value, Value, Value, Value); 3] = [
+        (
+            "InferencePool",
+            json!({
+                "models": ["llama", "llama-lora"], "selector": {"app": "vllm"}, "targetPort": 8000,
+                "role": "prefill", "engine": "sglang",
+                "metrics": {"enabled": false, "path": "/stats", "port": 9100},
+                "kvEvents": {"port": 5557, "topic": "kv", "blockSize": 64, "replayPort": 5558,
+                    "tokenizer": "/t/tokenizer.json", "chatTemplate": "/t/chat.jinja"},
+                "scheduling": {"weights": {"prefix": 5, "load": 0, "queue": 1, "kvCache": 1}}
+            }),
+            json!({"models": ["qwen"]}),
+            json!({"role": "decode", "scheduling": {"weights": {"prefix": 7}}}),
+            json!({"observedGeneration": 1, "replicas": 2, "readyReplicas": 1}),
+        ),
+        (
+            "InferenceReplica",
+            json!({"pool": "llama", "address": "fd00::7", "port": 8000, "models": ["llama"],
+                "role": "decode", "engine": "vllm", "pod": "vllm-0"}),
+            json!({"pool": "llama", "address": "vm-3.example.com", "port": 30000}),
+            json!({"port": 8001, "models": ["llama", "llama-lora"]}),
+            json!({"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "False",
+                "reason": "Unhealthy", "message": "connection refused",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        ),
+        (
+            "TenantPolicy",
+            json!({"header": "acme", "apiKeySecretRef": {"name": "acme-keys", "key": "primary"},
+                "weight": 4, "priority": -10, "sheddable": true,
+                "limits": {"requestsPerSecond": 20, "burst": 40, "tokensPerSecond": 5000,
+                    "tokenBurst": 20000, "maxConcurrentRequests": 8, "maxQueuedRequests": 0}}),
+            json!({}),
+            json!({"weight": 9, "limits": {"maxQueuedRequests": 5}}),
+            json!({"observedGeneration": 1, "apiKeys": 2}),
+        ),
+    ];
+    for (kind, full, minimal, change, status) in cases {
+        let at = |v: &str| api_at(&ns, v, kind);
+        // Each direction, with the full spec one way and the minimal one (defaults filled in
+        // by the writing version's schema) the other.
+        for (name, from, to, spec) in [
+            ("from-alpha", alpha, stable, &full),
+            ("from-v1", stable, alpha, &minimal),
+            ("full-v1", stable, alpha, &full),
+            ("minimal-alpha", alpha, stable, &minimal),
+        ] {
+            let what = format!("{kind} {name} ({from} -> {to})");
+            let created = at(from)
+                .create(&pp, &object_at(from, kind, name, spec.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+            assert_eq!(
+                created.types.as_ref().unwrap().api_version,
+                format!("warmpath.dev/{from}"),
+                "{what}"
+            );
+            // Every field the writer set is kept as written (defaults may add more).
+            for (field, value) in spec.as_object().unwrap() {
+                assert_eq!(&created.data["spec"][field], value, "{what}: spec.{field}");
+            }
+            let read = at(to)
+                .get(name)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: get: {e}"));
+            assert_eq!(
+                read.types.as_ref().unwrap().api_version,
+                format!("warmpath.dev/{to}"),
+                "{what}"
+            );
+            assert_eq!(read.data["spec"], created.data["spec"], "{what}: spec");
+            assert_eq!(
+                read.metadata.resource_version, created.metadata.resource_version,
+                "{what}: one stored object"
+            );
+
+            // Update through the reading version, then read through the writing one.
+            let patched = at(to)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": change })),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{what}: patch through {to}: {e}"));
+            let back = at(from).get(name).await.unwrap();
+            assert_eq!(back.data["spec"], patched.data["spec"], "{what}: patched");
+            for (field, value) in change.as_object().unwrap() {
+                if !value.is_object() {
+                    assert_eq!(&back.data["spec"][field], value, "{what}: spec.{field}");
+                }
+            }
+
+            // A status written through one version, read through the other.
+            at(from)
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{what}: status through {from}: {e}"));
+            let with_status = at(to).get(name).await.unwrap();
+            for (field, value) in status.as_object().unwrap() {
+                assert_eq!(
+                    &with_status.data["status"][field], value,
+                    "{what}: status.{field}"
+                );
+            }
+
+            // Replace (GET then PUT, what `kubectl edit` does) through the writing version: the
+            // object read through the other version loses nothing.
+            let mut whole = at(from).get(name).await.unwrap();
+            whole
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("replaced".into(), from.into());
+            let replaced = at(from)
+                .replace(name, &pp, &whole)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: replace through {from}: {e}"));
+            let last = at(to).get(name).await.unwrap();
+            assert_eq!(
+                last.metadata.labels.as_ref().unwrap()["replaced"],
+                from,
+                "{what}: replaced"
+            );
+            assert_eq!(last.data["spec"], replaced.data["spec"], "{what}: replaced");
+            assert_eq!(last.data["spec"], back.data["spec"], "{what}: replaced");
+            assert_eq!(last.data["status"], with_status.data["status"], "{what}");
+        }
+    }
+
+    // The typed clients of both versions read every object the other wrote.
+    let client = ns.client();
+    macro_rules! typed_reads {
+        ($($kind:ident),*) => {$(
+            for name in ["from-alpha", "from-v1", "full-v1", "minimal-alpha"] {
+                let new = Api::<v1::$kind>::namespaced(client.clone(), ns.name())
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("v1 {} {name}: {e}", stringify!($kind)));
+                let old = Api::<v1alpha1::$kind>::namespaced(client.clone(), ns.name())
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("v1alpha1 {} {name}: {e}", stringify!($kind)));
+                assert_eq!(
+                    serde_json::to_value(&new.spec).unwrap(),
+                    serde_json::to_value(&old.spec).unwrap(),
+                    "{} {name}",
+                    stringify!($kind)
+                );
+            }
+        )*};
+    }
+    typed_reads!(InferencePool, InferenceReplica, TenantPolicy);
+
+    // kubectl: the short name resolves to the preferred (stable) version, and asking for the
+    // old one by name carries the deprecation warning. A discovery cache of its own: one kept
+    // from before the CRDs gained v1 would still prefer v1alpha1.
+    let cache = ns.scratch_dir().join("kubectl-cache");
+    let kubectl = || {
+        let mut cmd = ns.cluster().kubectl();
+        cmd.arg("--cache-dir").arg(&cache);
+        cmd
+    };
+    let out = run(
+        kubectl().args([
+            "get",
+            "ipool",
+            "from-alpha",
+            "-n",
+            ns.name(),
+            "-o",
+            "jsonpath={.apiVersion}",
+        ]),
+        None,
+    )
+    .expect("kubectl get ipool");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "warmpath.dev/v1");
+    let out = run(
+        kubectl().args([
+            "get",
+            "inferencepools.v1alpha1.warmpath.dev",
+            "from-v1",
+            "-n",
+            ns.name(),
+            "-o",
+            "jsonpath={.apiVersion}",
+        ]),
+        None,
+    )
+    .expect("kubectl get inferencepools.v1alpha1.warmpath.dev");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "warmpath.dev/v1alpha1"
+    );
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warning.contains("warmpath.dev/v1alpha1 InferencePool is deprecated")
+            && warning.contains("warmpath.dev/v1 InferencePool"),
+        "kubectl warns about v1alpha1: {warning:?}"
+    );
     ns.finish();
 }
 

@@ -11,7 +11,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-use warmpath_api::v1alpha1::InferencePool;
+use warmpath_api::v1::InferencePool;
 use warmpath_e2e::TestNamespace;
 use warmpath_router::kubernetes::Discovery;
 use warmpath_router::sidecar::{self, AllowList, SidecarHandle, SidecarOptions};
@@ -27,7 +27,7 @@ async fn role_pool(
     port: u16,
 ) {
     let pool: InferencePool = serde_json::from_value(json!({
-        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferencePool",
+        "apiVersion": "warmpath.dev/v1", "kind": "InferencePool",
         "metadata": { "name": name, "namespace": ns },
         "spec": { "models": ["tiny"], "selector": { "app": label }, "targetPort": port, "role": role },
     }))

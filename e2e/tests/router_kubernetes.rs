@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
+use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 use warmpath_e2e::TestNamespace;
 use warmpath_router::config::Config;
 use warmpath_router::kubernetes::Discovery;
@@ -392,7 +392,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
         .await
         .expect("create secret");
     let policy: TenantPolicy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "warmpath.dev/v1alpha1", "kind": "TenantPolicy",
+        "apiVersion": "warmpath.dev/v1", "kind": "TenantPolicy",
         "metadata": { "name": "acme", "namespace": n },
         "spec": { "apiKeySecretRef": { "name": "acme-keys" }, "weight": 2 },
     }))

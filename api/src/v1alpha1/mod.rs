@@ -1,9 +1,11 @@
-//! `warmpath.dev/v1alpha1`: the first, served and stored, version of warmpath's resources.
+//! `warmpath.dev/v1alpha1`: the first version of warmpath's resources, still served (marked
+//! deprecated) beside [`crate::v1`], which the API server now stores.
 //!
-//! Shaped for a `v1` to follow: every field optional in the spec has a default or documented
-//! meaning when absent; statuses are conditions plus counters; enums are strings that can grow
-//! new values. A later `v1` module would sit beside this one and be merged with
-//! `kube::core::crd::merge_crds`.
+//! Kept unchanged so that the CRD describes what v1alpha1 clients and manifests were promised;
+//! the API server converts between the two with the `None` strategy, which works because
+//! `v1` kept every field of this version (see `api/CHANGES-v1.md`). The router and controller
+//! use `v1`; these types remain for tests and for clients not yet moved, until v1alpha1 stops
+//! being served.
 
 mod pool;
 mod replica;
@@ -18,5 +20,5 @@ pub use replica::{InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus
 pub use shared::{Engine, Role, SchedulingWeights};
 pub use tenant::{SecretKeyRef, TenantLimits, TenantPolicy, TenantPolicySpec, TenantPolicyStatus};
 
-/// The version these types are served and stored as.
+/// The version these types are served as (no longer stored).
 pub const VERSION: &str = "v1alpha1";

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 #[kube(
     group = "warmpath.dev",
     version = "v1alpha1",
+    deprecated = "warmpath.dev/v1alpha1 InferencePool is deprecated; use warmpath.dev/v1 InferencePool (same fields, same meaning)",
     kind = "InferencePool",
     plural = "inferencepools",
     namespaced,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 #[kube(
     group = "warmpath.dev",
     version = "v1alpha1",
+    deprecated = "warmpath.dev/v1alpha1 InferenceReplica is deprecated; use warmpath.dev/v1 InferenceReplica (same fields, same meaning)",
     kind = "InferenceReplica",
     plural = "inferencereplicas",
     namespaced,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 #[kube(
     group = "warmpath.dev",
     version = "v1alpha1",
+    deprecated = "warmpath.dev/v1alpha1 TenantPolicy is deprecated; use warmpath.dev/v1 TenantPolicy (same fields, same meaning)",
     kind = "TenantPolicy",
     plural = "tenantpolicies",
     namespaced,

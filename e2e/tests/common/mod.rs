@@ -9,7 +9,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica};
+use warmpath_api::v1::{InferencePool, InferenceReplica};
 use warmpath_router::kubernetes::Discovery;
 use warmpath_router::{config::Config, Options, RouterHandle};
 use warmpath_sim::SimHandle;
@@ -66,7 +66,7 @@ pub async fn create_pool(
         spec["targetPort"] = json!(port);
     }
     let pool: InferencePool = serde_json::from_value(json!({
-        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferencePool",
+        "apiVersion": "warmpath.dev/v1", "kind": "InferencePool",
         "metadata": { "name": name, "namespace": ns }, "spec": spec,
     }))
     .unwrap();
@@ -85,7 +85,7 @@ pub async fn create_replica(
     addr: SocketAddr,
 ) {
     let r: InferenceReplica = serde_json::from_value(json!({
-        "apiVersion": "warmpath.dev/v1alpha1", "kind": "InferenceReplica",
+        "apiVersion": "warmpath.dev/v1", "kind": "InferenceReplica",
         "metadata": { "name": name, "namespace": ns },
         "spec": { "pool": pool, "address": addr.ip().to_string(), "port": addr.port() },
     }))

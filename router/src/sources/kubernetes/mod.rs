@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use warmpath_api::v1alpha1::{InferencePool, InferenceReplica, TenantPolicy};
+use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 
 /// Where to find the cluster and what to watch.
 #[derive(Clone)]

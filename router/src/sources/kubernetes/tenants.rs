@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
-use warmpath_api::v1alpha1::{TenantLimits, TenantPolicy};
+use warmpath_api::v1::{TenantLimits, TenantPolicy};
 use warmpath_flow::TenantLimitsConfig;
 
 /// The shortest API key accepted (as in the static file: a shorter one is guessable).
@@ -322,7 +322,7 @@ mod tests {
     use k8s_openapi::ByteString;
     use kube::api::ObjectMeta;
     use std::collections::BTreeMap;
-    use warmpath_api::v1alpha1::TenantPolicySpec;
+    use warmpath_api::v1::TenantPolicySpec;
 
     fn policy(ns: &str, name: &str, spec: serde_json::Value) -> TenantPolicy {
         let spec: TenantPolicySpec = serde_json::from_value(spec).unwrap();

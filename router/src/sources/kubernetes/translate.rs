@@ -7,7 +7,7 @@
 
 use crate::config::{Engine, PoolConfig, ReplicaConfig, Role};
 use std::collections::{BTreeMap, HashMap};
-use warmpath_api::v1alpha1::{self as api, InferencePool, InferenceReplica};
+use warmpath_api::v1::{self as api, InferencePool, InferenceReplica};
 
 /// Why an InferenceReplica is not routed to; counted and logged by the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub fn discovered<'a>(
 mod tests {
     use super::*;
     use kube::api::ObjectMeta;
-    use warmpath_api::v1alpha1::{InferencePoolSpec, InferenceReplicaSpec};
+    use warmpath_api::v1::{InferencePoolSpec, InferenceReplicaSpec};
 
     fn meta(ns: &str, name: &str) -> ObjectMeta {
         ObjectMeta {
