@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
 use crate::client;
+use crate::progress::RunIndex;
 use crate::results::LoadMode;
 use crate::text::TextStyle;
 use crate::workload::{Burst, Fleet, WorkloadSpec, DEFAULT_WORKING_SET};
@@ -150,9 +151,14 @@ pub struct RunArgs {
     /// Where to write the JSON result (also printed on stdout without it).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// No progress line on stderr.
-    #[arg(long)]
+    /// No progress on stderr: neither the live line drawn on a terminal nor the plain
+    /// once-a-second lines written elsewhere.
+    #[arg(long, visible_alias = "no-progress")]
     pub quiet: bool,
+    /// Which run of how many this is, shown in the live progress line (a script looping over
+    /// seeds, points or systems knows; this one invocation does not). Display only.
+    #[arg(long, value_name = "I/N", env = "WARMPATH_BENCH_RUN")]
+    pub run_index: Option<RunIndex>,
 }
 
 #[derive(Debug, Args)]

@@ -11,6 +11,7 @@ pub mod client;
 pub mod fairness;
 pub mod metrics;
 pub mod oracle;
+pub mod progress;
 pub mod provenance;
 pub mod report;
 pub mod results;

@@ -14,9 +14,10 @@ use warmpath_bench::cli::{Cli, Command, DescribeArgs, ExportArgs, RunArgs};
 use warmpath_bench::client::{http_client, Target};
 use warmpath_bench::metrics::{fleet_delta, scrape, CacheCounters};
 use warmpath_bench::oracle::{evaluate, scaled_block_size, HitCount, OracleRequest, OracleResult};
+use warmpath_bench::progress::{Info, Progress, Warmup};
 use warmpath_bench::provenance::Provenance;
 use warmpath_bench::results::{aggregate, LoadMode, RunConfig, RunResult, SCHEMA};
-use warmpath_bench::runner::{run, Plan};
+use warmpath_bench::runner::{run_with, Plan};
 use warmpath_bench::workload::{Fleet, Prompt, WorkloadSpec, Zipf};
 
 fn main() -> Result<()> {
@@ -104,12 +105,38 @@ async fn run_command(args: RunArgs) -> Result<()> {
         max_in_flight: args.max_in_flight,
         seed: args.seed,
     };
-    let out = run(
+    let progress = if args.quiet {
+        Progress::off()
+    } else {
+        Progress::stderr(Info {
+            system: args.label.clone().unwrap_or_else(|| base_url.clone()),
+            workload: format!(
+                "{} {}",
+                spec.name(),
+                match load {
+                    LoadMode::Closed { concurrency } => format!("closed c{concurrency}"),
+                    LoadMode::Open { rate, burst: None } => format!("open {rate} req/s"),
+                    LoadMode::Open {
+                        rate,
+                        burst: Some(b),
+                    } => format!("open {rate} req/s burst ×{}", b.factor),
+                }
+            ),
+            run: args.run_index,
+            requests: args.requests,
+            duration: args.duration,
+            warmup: match args.warmup {
+                0 => Warmup::None,
+                w => Warmup::Requests(w),
+            },
+        })
+    };
+    let out = run_with(
         client.clone(),
         target,
         text.apply(spec.requests(args.seed)),
         plan,
-        !args.quiet,
+        progress,
     )
     .await;
 

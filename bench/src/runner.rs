@@ -1,6 +1,6 @@
 //! Offering load: closed loop (a fixed number of requests in flight) or open loop (Poisson or
 //! bursty arrivals at a mean rate, whatever the answers do, see [`Arrivals`]), until a request
-//! count or a duration; a progress line on stderr once a second.
+//! count or a duration; progress on stderr (see [`crate::progress`]).
 //!
 //! Requests are dispatched in workload order. A request that belongs to a session is sent only
 //! after the session's previous request has finished (in the closed loop it holds its slot
@@ -8,14 +8,14 @@
 //! itself.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::client::{send, HttpClient, Outcome, Target};
+use crate::progress::{Info, Live, Progress};
 use crate::results::LoadMode;
 use crate::stats::quantile;
 use crate::workload::{Arrivals, RequestStream};
@@ -39,17 +39,45 @@ pub struct RunOutput {
     pub wall_s: f64,
 }
 
+/// [`run_with`] with progress on stderr named after the URL, or none.
 pub async fn run(
+    client: HttpClient,
+    target: Arc<Target>,
+    stream: RequestStream,
+    plan: Plan,
+    progress: bool,
+) -> RunOutput {
+    let progress = if progress {
+        Progress::stderr(Info {
+            system: target.base_url.clone(),
+            requests: plan.requests,
+            duration: plan.duration,
+            ..Info::default()
+        })
+    } else {
+        Progress::off()
+    };
+    run_with(client, target, stream, plan, progress).await
+}
+
+pub async fn run_with(
     client: HttpClient,
     target: Arc<Target>,
     mut stream: RequestStream,
     plan: Plan,
-    progress: bool,
+    mut progress: Progress,
 ) -> RunOutput {
     let run_start = Instant::now();
-    let sent = Arc::new(AtomicU64::new(0));
+    progress.begin(run_start);
+    let live = progress.live();
     let (tx, rx) = mpsc::unbounded_channel::<Outcome>();
-    let collector = tokio::spawn(collect(rx, sent.clone(), run_start, progress));
+    let collector = tokio::spawn(collect(
+        rx,
+        live.clone(),
+        run_start,
+        progress.lines(),
+        progress.drawn(),
+    ));
 
     let slots = match plan.load {
         LoadMode::Closed { concurrency } => concurrency.max(1),
@@ -88,7 +116,7 @@ pub async fn run(
         };
         let Some(req) = stream.next() else { break };
         n += 1;
-        sent.fetch_add(1, Ordering::Relaxed);
+        live.sent();
         let previous = req.session.and_then(|s| sessions.remove(&s));
         let (done_tx, done_rx) = oneshot::channel::<()>();
         if let Some(s) = req.session {
@@ -113,7 +141,9 @@ pub async fn run(
         }
     }
     drop(tx);
+    live.stop_sending();
     let outcomes = collector.await.expect("collector task");
+    progress.finish();
     let first = outcomes
         .iter()
         .map(|o| o.start_s)
@@ -132,51 +162,54 @@ pub async fn run(
     }
 }
 
+/// Gathers outcomes and counts them for the live line; once a second, the last second's
+/// figures: a plain line on stderr (`lines`, where there is no terminal: the same lines as ever,
+/// which scripts' logs keep) or the tail of the live line (`drawn`).
 async fn collect(
     mut rx: mpsc::UnboundedReceiver<Outcome>,
-    sent: Arc<AtomicU64>,
+    live: Arc<Live>,
     run_start: Instant,
-    progress: bool,
+    lines: bool,
+    drawn: bool,
 ) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.tick().await;
     let mut window_start = 0usize;
     let mut errors = 0u64;
-    let tty = std::io::stderr().is_terminal();
     loop {
         tokio::select! {
             o = rx.recv() => match o {
                 Some(o) => {
                     errors += u64::from(o.error.is_some());
+                    live.finished(o.error.is_some());
                     outcomes.push(o);
                 }
                 None => break,
             },
-            _ = ticker.tick(), if progress => {
+            _ = ticker.tick(), if lines || drawn => {
                 let window = &outcomes[window_start..];
                 window_start = outcomes.len();
                 let mut ttft: Vec<f64> = window.iter().filter_map(|o| o.ttft_s).map(|s| s * 1e3).collect();
                 ttft.sort_by(f64::total_cmp);
                 let tokens: u64 = window.iter().map(|o| o.output_tokens).sum();
-                let s = sent.load(Ordering::Relaxed);
                 let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
-                let line = format!(
-                    "[{:>4.0}s] sent {s} done {} err {errors} in-flight {} | last 1s: {} req/s {tokens} tok/s TTFT p50 {} p90 {} ms",
-                    run_start.elapsed().as_secs_f64(),
-                    outcomes.len(),
-                    s.saturating_sub(outcomes.len() as u64),
-                    window.len(),
-                    fmt(quantile(&ttft, 0.5)),
-                    fmt(quantile(&ttft, 0.9)),
-                );
-                let mut err = std::io::stderr().lock();
-                let _ = if tty { write!(err, "\r\x1b[2K{line}") } else { writeln!(err, "{line}") };
+                let (p50, p90) = (fmt(quantile(&ttft, 0.5)), fmt(quantile(&ttft, 0.9)));
+                if drawn {
+                    live.set_extra(format!("last 1s: {tokens} tok/s, TTFT p50 {p50} p90 {p90} ms"));
+                } else {
+                    let s = live.sent_count();
+                    let line = format!(
+                        "[{:>4.0}s] sent {s} done {} err {errors} in-flight {} | last 1s: {} req/s {tokens} tok/s TTFT p50 {p50} p90 {p90} ms",
+                        run_start.elapsed().as_secs_f64(),
+                        outcomes.len(),
+                        s.saturating_sub(outcomes.len() as u64),
+                        window.len(),
+                    );
+                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                }
             }
         }
-    }
-    if progress && tty {
-        eprintln!();
     }
     outcomes
 }

@@ -1,7 +1,10 @@
 //! The Helm chart rendered for a matrix of values and applied to the real test API server with
 //! server-side dry-run, `helm lint --strict`, the values schema, and the chart's CRD copy.
 
-use std::path::Path;
+mod monitoring;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use warmpath_e2e::{
     list_yaml_files, repo_root, run, str_at, Chart, RenderedChart, TestCluster, TestNamespace,
 };
@@ -77,6 +80,10 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "monitoring.serviceMonitor.labels.release=prometheus",
                 "--set",
                 "monitoring.grafanaDashboard.enabled=true",
+                "--set",
+                "monitoring.prometheusRule.enabled=true",
+                "--set",
+                "monitoring.prometheusRule.labels.release=prometheus",
                 "--set",
                 "router.adminAuth.tokenSecret=wp-admin-token",
             ]),
@@ -365,6 +372,7 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 "{case}: CRDs in {names:?}"
             );
             assert_eq!(out.of_kind("ServiceMonitor").count(), 0, "{case}");
+            assert_eq!(out.of_kind("PrometheusRule").count(), 0, "{case}");
             assert!(
                 out.find("ConfigMap", "wp-warmpath-dashboard").is_none(),
                 "{case}"
@@ -555,16 +563,45 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 "{cm:?}"
             );
             assert!(mounts_secret(out, router, "wp-admin-token"));
+            // One ConfigMap holds every dashboard file of the chart, each under its file name.
             let dash = out
                 .find("ConfigMap", "wp-warmpath-dashboard")
                 .expect("dashboard ConfigMap");
-            let json: serde_json::Value =
-                serde_json::from_str(str_at(dash, &["data", "warmpath.json"]))
-                    .expect("dashboard is JSON");
-            assert!(json["panels"].as_array().is_some_and(|p| !p.is_empty()));
+            let keys: Vec<&str> = dash["data"]
+                .as_mapping()
+                .expect("dashboard data")
+                .keys()
+                .map(|k| k.as_str().expect("key"))
+                .collect();
+            let files = dashboard_files();
+            assert_eq!(keys, file_names(&files), "{case}");
+            for path in &files {
+                let name = path.file_name().unwrap().to_str().unwrap();
+                let rendered: serde_json::Value =
+                    serde_json::from_str(str_at(dash, &["data", name]))
+                        .unwrap_or_else(|e| panic!("{name} rendered: {e}"));
+                assert_eq!(rendered, dashboard_json(path), "{name} renders as written");
+            }
             assert_eq!(
                 str_at(dash, &["metadata", "labels", "grafana_dashboard"]),
                 "1"
+            );
+            // The alerts' file is the PrometheusRule's spec as written: Helm does not expand
+            // its Prometheus templates (`{{ $labels.pod }}`).
+            let rule = out
+                .find("PrometheusRule", "wp-warmpath")
+                .unwrap_or_else(|| panic!("PrometheusRule in {names:?}"));
+            assert_eq!(
+                str_at(rule, &["metadata", "labels", "release"]),
+                "prometheus"
+            );
+            assert_eq!(str_at(rule, &["metadata", "namespace"]), ns);
+            assert_eq!(rule["spec"], alert_file(), "{case}");
+            assert!(
+                serde_yaml::to_string(&rule["spec"])
+                    .unwrap()
+                    .contains("{{ $labels.model }}"),
+                "{rule:?}"
             );
         }
         "namespaced-rbac" => {
@@ -612,8 +649,8 @@ async fn values_matrix_renders_and_applies_with_server_side_dry_run() {
         big_bounds > 0,
         "crds/ should have a bound of 1000000 to check"
     );
-    // ServiceMonitors need prometheus-operator's CRD; a minimal copy is installed (shared by
-    // all tests, never deleted: cluster-scoped and identical every time).
+    // ServiceMonitors and PrometheusRules need prometheus-operator's CRDs; copies are
+    // installed (shared by all tests, never deleted: cluster-scoped and identical every time).
     run(
         cluster
             .kubectl()
@@ -623,23 +660,21 @@ async fn values_matrix_renders_and_applies_with_server_side_dry_run() {
                 "--field-manager=warmpath-e2e",
                 "-f",
             ])
-            .arg(
-                repo_root()
-                    .join("e2e/fixtures/monitoring/servicemonitors.monitoring.coreos.com.yaml"),
-            ),
+            .arg(repo_root().join("e2e/fixtures/monitoring")),
         None,
     )
-    .expect("ServiceMonitor CRD");
+    .expect("prometheus-operator CRDs");
     run(
         cluster.kubectl().args([
             "wait",
             "--for=condition=Established",
             "--timeout=30s",
             "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
         ]),
         None,
     )
-    .expect("ServiceMonitor CRD established");
+    .expect("prometheus-operator CRDs established");
 
     for case in matrix(ns.name()) {
         let args: Vec<&str> = case.args.iter().map(String::as_str).collect();
@@ -708,6 +743,8 @@ async fn helm_lint_strict_is_clean() {
             "monitoring.serviceMonitor.enabled=true",
             "--set",
             "monitoring.grafanaDashboard.enabled=true",
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
         ],
         &[
             "--set",
@@ -744,7 +781,7 @@ async fn bad_values_fail_with_a_clear_message() {
     let cluster = ns.cluster();
     let chart = Chart::source_dir();
     // (values, what the error must name)
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--set", "router.replicas=0"], "replicas"),
         (&["--set", "router.mode=daemonset"], "mode"),
         (&["--set", "router.replicaz=3"], "replicaz"),
@@ -753,6 +790,10 @@ async fn bad_values_fail_with_a_clear_message() {
         (
             &["--set", "rbac.watchNamespaces[0]=Not_A_Namespace"],
             "watchNamespaces",
+        ),
+        (
+            &["--set", "monitoring.prometheusRule.enable=true"],
+            "enable",
         ),
     ];
     for (args, field) in cases {
@@ -819,56 +860,206 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// Every warmpath metric the Grafana dashboard queries is one the router registers (names in
-/// router/src are registered under the `warmpath` prefix; counters gain `_total`, histograms
-/// `_bucket`).
+/// The chart's dashboards (each is one key of the dashboard ConfigMap), by file name.
+fn dashboard_files() -> Vec<PathBuf> {
+    let dir = Chart::source_dir().join("files/dashboards");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn file_names(paths: &[PathBuf]) -> Vec<&str> {
+    paths
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap())
+        .collect()
+}
+
+fn dashboard_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The example alerts, the spec of the chart's PrometheusRule.
+fn alert_file() -> serde_yaml::Value {
+    let path = Chart::source_dir().join("files/alerts/warmpath.rules.yaml");
+    serde_yaml::from_str(&read(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Series the dashboards may show that no warmpath code or engine exports: the kubelet's
+/// (cAdvisor). Keep this short: each entry must be used, and is checked by nothing else.
+const OTHER_EXPORTERS: &[&str] = &[
+    "container_cpu_usage_seconds_total",
+    "container_memory_working_set_bytes",
+];
+
+/// Every sample name the dashboards and alerts may query: the router's and the controller's
+/// (the expositions of their own registries, as `/metrics` serves them), vLLM's (the `# TYPE`
+/// lines of a real vLLM 0.32.0, which the simulator's tests use too) and [`OTHER_EXPORTERS`].
+fn exported_metrics() -> BTreeSet<String> {
+    let router = warmpath_router::metrics::Metrics::new().encode();
+    let controller = warmpath_controller::metrics::Metrics::new().encode();
+    let vllm = read(&repo_root().join("sim/tests/fixtures/vllm-0.32.0/metric_types.txt"));
+    let mut known = BTreeSet::new();
+    for (source, text, prefix) in [
+        ("router", &router, "warmpath_"),
+        ("controller", &controller, "warmpath_controller_"),
+        ("vLLM", &vllm, "vllm:"),
+    ] {
+        let samples = monitoring::exposed_samples(text);
+        assert!(
+            samples.len() >= 5 && samples.iter().all(|s| s.starts_with(prefix)),
+            "{source} exports {samples:?}"
+        );
+        known.extend(samples);
+    }
+    // A fresh registry has no labelled series at all: these families are found only because
+    // the exposition types every registered family, touched or not. Were that to change,
+    // every labelled family would need a series created here first.
+    for family in [
+        "warmpath_flow_refused_total",
+        "warmpath_requests_total",
+        "warmpath_time_to_first_byte_seconds_bucket",
+        "warmpath_controller_reconciles_total",
+    ] {
+        assert!(
+            known.contains(family),
+            "{family} missing from a fresh registry's exposition:\n{router}\n{controller}"
+        );
+    }
+    known.extend(OTHER_EXPORTERS.iter().map(|s| s.to_string()));
+    known
+}
+
+/// Every metric a dashboard panel, a dashboard variable or an alert names is one the code
+/// exports (a renamed series breaks its panel silently: Grafana shows "No data"), panels are
+/// scoped to the dashboard's namespace and data source, and every alert says how urgent it is
+/// and what to look at.
 #[test]
-fn dashboard_queries_metrics_the_router_exports() {
-    let dashboard = read(&Chart::source_dir().join("files/dashboards/warmpath.json"));
-    let json: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
-    let mut router_src = String::new();
-    collect_sources(&repo_root().join("router/src"), &mut router_src);
+fn dashboards_and_alerts_name_only_exported_metrics() {
+    let known = exported_metrics();
+    let mut problems = Vec::new();
+    let mut used = BTreeSet::new();
+    let files = dashboard_files();
     assert!(
-        router_src.contains("with_prefix(\"warmpath\")"),
-        "the router registers its metrics under `warmpath`"
+        file_names(&files).contains(&"warmpath.json") && files.len() >= 3,
+        "router, flow and engine dashboards: {files:?}"
     );
-    let mut checked = 0;
-    for panel in json["panels"].as_array().expect("panels") {
-        for target in panel["targets"].as_array().expect("targets") {
-            let expr = target["expr"].as_str().expect("expr");
-            for metric in expr
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|w| w.starts_with("warmpath_"))
-            {
-                let base = metric.trim_start_matches("warmpath_");
-                let base = base
-                    .strip_suffix("_total")
-                    .or_else(|| base.strip_suffix("_bucket"))
-                    .unwrap_or(base);
-                assert!(
-                    router_src.contains(&format!("\"{base}\"")),
-                    "dashboard panel {:?} queries {metric}, which the router does not register",
-                    panel["title"]
-                );
-                checked += 1;
+    let mut uids = BTreeSet::new();
+    for path in &files {
+        let file = path.file_name().unwrap().to_string_lossy();
+        let json = dashboard_json(path);
+        let uid = json["uid"].as_str().expect("uid");
+        assert!(uids.insert(uid.to_owned()), "{file}: uid {uid} taken");
+        let vars = json["templating"]["list"].as_array().expect("variables");
+        let var = |name: &str| vars.iter().find(|v| v["name"] == name);
+        assert_eq!(
+            var("datasource").map(|v| &v["type"]),
+            Some(&serde_json::json!("datasource")),
+            "{file}: a datasource variable"
+        );
+        assert!(var("namespace").is_some(), "{file}: a namespace variable");
+        let mut ids = BTreeSet::new();
+        for panel in monitoring::panels(&json) {
+            let title = &panel["title"];
+            assert!(
+                ids.insert(panel["id"].as_i64().expect("id")),
+                "{file}: id of {title}"
+            );
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "{file}: {title} uses the datasource variable"
+            );
+        }
+        for query in monitoring::dashboard_queries(&json) {
+            let selectors = monitoring::selectors(&query.expr);
+            if selectors.is_empty() {
+                problems.push(format!(
+                    "{file} {}: no metric in {:?}",
+                    query.place, query.expr
+                ));
+            }
+            for s in selectors {
+                if !known.contains(&s.name) {
+                    problems.push(format!(
+                        "{file} {}: {} is exported by nothing",
+                        query.place, s.name
+                    ));
+                }
+                let scoped = ["namespace=\"$namespace\"", "namespace=~\"$namespace\""]
+                    .iter()
+                    .any(|m| s.matchers.contains(m));
+                if query.panel && !scoped {
+                    problems.push(format!(
+                        "{file} {}: {} is not scoped to $namespace",
+                        query.place, s.name
+                    ));
+                }
+                used.insert(s.name);
             }
         }
     }
-    assert!(
-        checked >= 10,
-        "the dashboard queries warmpath metrics ({checked} found)"
-    );
-}
 
-fn collect_sources(dir: &Path, out: &mut String) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            collect_sources(&path, out);
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push_str(&read(&path));
+    let mut alerts = BTreeSet::new();
+    let rules = monitoring::alert_rules(&alert_file());
+    assert!(rules.len() >= 8, "{} alerts", rules.len());
+    for rule in &rules {
+        let name = &rule.alert;
+        assert!(alerts.insert(name.clone()), "alert {name} twice");
+        let selectors = monitoring::selectors(&rule.expr);
+        assert!(!selectors.is_empty(), "{name}: no metric in {}", rule.expr);
+        for s in selectors {
+            if !known.contains(&s.name) {
+                problems.push(format!(
+                    "alert {name} ({}): {} is exported by nothing",
+                    rule.group, s.name
+                ));
+            }
+            used.insert(s.name);
+        }
+        let r = &rule.rule;
+        assert!(
+            r["for"].as_str().is_some_and(|d| !d.is_empty()),
+            "{name}: a `for` duration"
+        );
+        assert!(
+            matches!(
+                r["labels"]["severity"].as_str(),
+                Some("critical" | "warning" | "info")
+            ),
+            "{name}: severity critical, warning or info"
+        );
+        for key in ["summary", "description"] {
+            assert!(
+                r["annotations"][key].as_str().is_some_and(|t| t.len() > 20),
+                "{name}: annotation {key}"
+            );
         }
     }
+
+    for name in OTHER_EXPORTERS {
+        if !used.contains(*name) {
+            problems.push(format!(
+                "{name} is allowed in OTHER_EXPORTERS but queried nowhere"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "dashboards (files/dashboards/) and alerts (files/alerts/):\n{}",
+        problems.join("\n")
+    );
+    assert!(used.len() >= 60, "{} metrics queried", used.len());
+    // Not a failure: a new series may wait for its panel, but it should be seen.
+    let unshown: Vec<&String> = known
+        .iter()
+        .filter(|n| n.starts_with("warmpath_") && !used.contains(*n))
+        .filter(|n| !n.ends_with("_sum") && !n.ends_with("_count"))
+        .collect();
+    eprintln!("warmpath series no dashboard or alert shows: {unshown:?}");
 }
 
 /// The configuration file the chart renders is one the router accepts (parsed and validated

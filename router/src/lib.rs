@@ -8,13 +8,17 @@
 //! forward) whose response bodies are wrapped by [`body`]; [`upstream`] pools connections to
 //! replicas. Around it: [`state`] holds the routing table and replica state, each piece with one
 //! owner (its module doc has the table); [`sources`] feed it (file reload, Kubernetes watch,
-//! engine scrapes); [`admin`] serves metrics and probes; [`metrics`] names every series.
+//! engine scrapes); [`admin`] serves metrics and probes; [`metrics`] names every series;
+//! [`endpoint_picker`] offers the same choices to a Gateway over Envoy's ext_proc.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod api;
 pub mod body;
+pub mod check;
 pub mod config;
+pub mod decisions;
+pub mod endpoint_picker;
 pub mod errors;
 pub mod flow;
 pub mod metrics;
@@ -74,6 +78,8 @@ impl Default for Options {
 pub struct RouterHandle {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The ext_proc listener of endpoint-picker mode (`endpoint_picker.listen`), when on.
+    pub endpoint_picker_addr: Option<SocketAddr>,
     tables: TableReader,
     metrics: Arc<Metrics>,
     discovery: Arc<DiscoveryStatus>,
@@ -150,6 +156,11 @@ pub async fn start_with(
     }
     let (api_listener, addr) = bind(config.listen).await?;
     let (admin_listener, admin_addr) = bind(config.admin).await?;
+    let picker_listener = match config.endpoint_picker.listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let picker_options = endpoint_picker::Options::of(&config);
 
     let metrics = Arc::new(Metrics::new());
     let index: SharedIndex = Arc::new(parking_lot::Mutex::new(RouterIndex::new(
@@ -226,6 +237,8 @@ pub async fn start_with(
     let (updates, updates_rx) = mpsc::unbounded_channel();
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    let decisions = Arc::new(decisions::DecisionLog::default());
+    let mut flow_admin = None;
     let admission = match admission {
         Some(custom) => custom,
         None => {
@@ -233,8 +246,21 @@ pub async fn start_with(
             tasks.push(tokio::spawn(
                 flow.clone().run(tables.clone(), shutdown_rx.clone()),
             ));
+            flow_admin = Some(flow.clone());
             Arc::new(flow)
         }
+    };
+    // The endpoint picker chooses with the proxy's own state: one index, one set of counters.
+    let picker_parts = endpoint_picker::Parts {
+        tables: tables.clone(),
+        metrics: metrics.clone(),
+        indexes: api::choose::Indexes {
+            approx: index.clone(),
+            precise: precise.clone(),
+            sessions: sessions.clone(),
+        },
+        admission: admission.clone(),
+        decisions: decisions.clone(),
     };
     let api = api::stack(api::StackParts {
         tables: tables.clone(),
@@ -246,6 +272,7 @@ pub async fn start_with(
         admission,
         body_budget_bytes,
         stall_watch: stall_watch.clone(),
+        decisions: decisions.clone(),
     });
     let admin = admin::service(admin::AdminState {
         tables: tables.clone(),
@@ -257,6 +284,9 @@ pub async fn start_with(
         discovery: discovery.clone(),
         draining: draining.clone(),
         token: admin_token,
+        decisions,
+        flow: flow_admin,
+        started: std::time::Instant::now(),
     });
     tasks.extend([
         tokio::spawn(server::serve(
@@ -274,6 +304,16 @@ pub async fn start_with(
         tokio::spawn(publisher.run(updates_rx, shutdown_rx.clone())),
         tokio::spawn(stall_watch.run(shutdown_rx.clone())),
     ]);
+    let endpoint_picker_addr = picker_listener.as_ref().map(|(_, a)| *a);
+    if let Some((listener, picker_addr)) = picker_listener {
+        tracing::info!(%picker_addr, "endpoint picker (ext_proc) listening");
+        tasks.push(tokio::spawn(endpoint_picker::serve(
+            listener,
+            picker_parts,
+            picker_options,
+            shutdown_rx.clone(),
+        )));
+    }
     if let Some(cluster) = options.kubernetes {
         tasks.push(tokio::spawn(kubernetes::run(
             cluster,
@@ -297,6 +337,7 @@ pub async fn start_with(
     Ok(RouterHandle {
         addr,
         admin_addr,
+        endpoint_picker_addr,
         tables,
         metrics,
         discovery,

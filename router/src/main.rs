@@ -3,6 +3,9 @@
 //!
 //! `warmpath-router sidecar --listen ADDR --engine URL ...`: the decode pod's P/D sidecar
 //! ([`warmpath_router::sidecar`]).
+//!
+//! `warmpath-router check --config FILE [--model M] [--prompt TEXT]...`: validate a
+//! configuration and show where sample prompts would go and why ([`warmpath_router::check`]).
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
@@ -39,7 +42,7 @@ struct Args {
     /// Worker threads (default: one per core).
     #[arg(long, env = "WARMPATH_THREADS")]
     threads: Option<usize>,
-    /// Check the configuration and exit.
+    /// Check the configuration and exit (`check --config FILE` says more).
     #[arg(long)]
     check: bool,
     /// Also route to the cluster's InferencePools and InferenceReplicas (in-cluster service
@@ -62,6 +65,23 @@ enum Command {
     /// prefill on that host (vLLM's NIXL protocol) and their decode on the local engine; others
     /// are proxied to the local engine.
     Sidecar(SidecarArgs),
+    /// Validate a configuration and print, for sample prompts, which replica each would be
+    /// routed to and why (every candidate's scores). Exits 1 when the file is not valid.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The static configuration (YAML).
+    #[arg(long, env = "WARMPATH_CONFIG")]
+    config: PathBuf,
+    /// The model to route for (default: the first one served).
+    #[arg(long)]
+    model: Option<String>,
+    /// A user message to route (after a shared sample system prompt); repeat for several,
+    /// routed in order. Default: three samples, the last repeating the first.
+    #[arg(long)]
+    prompt: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -129,8 +149,16 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let mut args = Args::parse();
-    if let Some(Command::Sidecar(sidecar)) = args.command.take() {
-        return run_sidecar(sidecar);
+    match args.command.take() {
+        Some(Command::Sidecar(sidecar)) => return run_sidecar(sidecar),
+        Some(Command::Check(check)) => {
+            let config = Config::load(&check.config)?;
+            let report =
+                warmpath_router::check::report(config, check.model.as_deref(), &check.prompt)?;
+            print!("{report}");
+            return Ok(());
+        }
+        None => {}
     }
     let config_path = args.config.clone().context("--config is required")?;
     let config = Config::load(&config_path)?;

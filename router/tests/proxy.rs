@@ -531,6 +531,18 @@ async fn admin_metrics_can_require_a_bearer_token() {
     let r = metrics(Some("Bearer s3cret-admin-token-0123")).await;
     assert_eq!(r.status, 200);
     assert!(r.body.contains("warmpath_requests"), "{}", r.body);
+    // The status APIs say how loaded each replica is: the token guards them too. The page
+    // itself holds no data (it asks for the token, then calls the APIs with it).
+    for path in ["/api/status", "/api/decisions"] {
+        let r = get(admin, path).await.unwrap();
+        assert_eq!(r.status, 401, "{path}: {}", r.body);
+        let auth = [("authorization", "Bearer s3cret-admin-token-0123")];
+        let r = send(admin, "GET", path, &auth, Bytes::new()).await.unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    let page = get(admin, "/").await.unwrap();
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("r0"), "the page embeds no replica data");
     assert_eq!(get(admin, "/readyz").await.unwrap().status, 200);
     assert_eq!(get(admin, "/healthz").await.unwrap().status, 200);
     s.stop().await;

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cli::parse_duration;
 use crate::client::{http_client, Target};
+use crate::progress::{Info, Progress, RunIndex, Warmup};
 use crate::provenance::Provenance;
 
 use account::{FairnessSummary, TenantReport, Window};
@@ -80,9 +81,14 @@ pub struct FairnessArgs {
     /// Where to write the JSON result (printed on stdout without it).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// No progress lines on stderr.
-    #[arg(long)]
+    /// No progress on stderr: neither the live line drawn on a terminal nor the plain
+    /// once-a-second lines written elsewhere.
+    #[arg(long, visible_alias = "no-progress")]
     pub quiet: bool,
+    /// Which run of how many this is, shown in the live progress line (a script looping over
+    /// seeds, scenarios or systems knows; this one invocation does not). Display only.
+    #[arg(long, value_name = "I/N", env = "WARMPATH_BENCH_RUN")]
+    pub run_index: Option<RunIndex>,
 }
 
 #[derive(Debug, Args)]
@@ -156,15 +162,19 @@ pub async fn command(args: FairnessArgs) -> Result<()> {
         duration: args.duration,
         drain: args.drain,
     };
-    let out = run::run(
-        client,
-        target,
-        &args.tenants,
-        timeline,
-        args.seed,
-        !args.quiet,
-    )
-    .await;
+    let progress = if args.quiet {
+        Progress::off()
+    } else {
+        Progress::stderr(Info {
+            system: args.label.clone().unwrap_or_else(|| base_url.clone()),
+            workload: format!("{} ({} tenants)", args.scenario, args.tenants.len()),
+            run: args.run_index,
+            requests: None,
+            duration: Some(args.warmup + args.duration),
+            warmup: Warmup::Time(args.warmup),
+        })
+    };
+    let out = run::run(client, target, &args.tenants, timeline, args.seed, progress).await;
     provenance.finish();
     let (tenants, fairness) = account::account(&args.tenants, &out.records, timeline.window());
     let result = FairnessResult {

@@ -10,7 +10,7 @@
 //! same load as its first), or the drain bound passes. Then every generator stops, and requests
 //! still in flight are cancelled (their connections closed) and recorded as unfinished.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::client::{send_detailed, HttpClient, Target};
+use crate::progress::{Live, Progress};
 use crate::rng::Rng64;
 use crate::text;
 use crate::workload::{Arrivals, Prompt, WorkRequest};
@@ -60,6 +61,7 @@ struct Ctx {
     pending_in_window: AtomicI64,
     records: mpsc::UnboundedSender<Record>,
     stop: watch::Receiver<bool>,
+    live: Arc<Live>,
 }
 
 impl Ctx {
@@ -70,6 +72,7 @@ impl Ctx {
     /// Sends one request, or gives it up when the run stops.
     async fn request(&self, tenant: usize, req: WorkRequest) -> Record {
         let start_s = self.now_s();
+        self.live.sent();
         let counted = self.window.contains(start_s);
         if counted {
             self.pending_in_window.fetch_add(1, Ordering::SeqCst);
@@ -124,9 +127,11 @@ pub async fn run(
     specs: &[TenantSpec],
     timeline: Timeline,
     seed: u64,
-    progress: bool,
+    mut progress: Progress,
 ) -> RunOutput {
     let start = Instant::now();
+    progress.begin(start);
+    let live = progress.live();
     let window = timeline.window();
     let (tx, rx) = mpsc::unbounded_channel::<Record>();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -138,9 +143,18 @@ pub async fn run(
         pending_in_window: AtomicI64::new(0),
         records: tx,
         stop: stop_rx,
+        live: live.clone(),
     });
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    let collector = tokio::spawn(collect(rx, names, start, window, progress));
+    let collector = tokio::spawn(collect(
+        rx,
+        names,
+        start,
+        window,
+        live.clone(),
+        progress.lines(),
+        progress.drawn(),
+    ));
 
     let mut generators = JoinSet::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -224,37 +238,52 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(true);
+    live.stop_sending();
     while generators.join_next().await.is_some() {}
     // Request tasks of the open loops end on the stop signal too; the collector ends when the
     // last of them has sent its record and dropped its handle.
     drop(ctx);
     let records = collector.await.expect("collector task");
+    progress.finish();
     RunOutput {
         wall_s: start.elapsed().as_secs_f64(),
         records,
     }
 }
 
-/// Gathers records; once a second, a progress line per tenant on stderr.
+/// Gathers records and counts them for the live line; once a second, the last second per
+/// tenant: a plain line on stderr (`lines`, where there is no terminal: the same lines as ever,
+/// which scripts' logs keep) or the tail of the live line (`drawn`).
 async fn collect(
     mut rx: mpsc::UnboundedReceiver<Record>,
     names: Vec<String>,
     start: Instant,
     window: Window,
-    progress: bool,
+    live: Arc<Live>,
+    lines: bool,
+    drawn: bool,
 ) -> Vec<Record> {
     let mut records = Vec::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.tick().await;
     let mut last = 0usize;
-    let tty = std::io::stderr().is_terminal();
     loop {
         tokio::select! {
             r = rx.recv() => match r {
-                Some(r) => records.push(r),
+                Some(r) => {
+                    match r.fate {
+                        // Never sent: neither done nor failed.
+                        Fate::Skipped => {}
+                        // Cancelled at the stop: every closed loop has some in flight then, so
+                        // counting them as failures would flag every run.
+                        Fate::Ok { .. } | Fate::Unfinished => live.finished(false),
+                        Fate::Failed { .. } => live.finished(true),
+                    }
+                    records.push(r);
+                }
                 None => break,
             },
-            _ = ticker.tick(), if progress => {
+            _ = ticker.tick(), if lines || drawn => {
                 let t = start.elapsed().as_secs_f64();
                 let phase = if t < window.start_s {
                     "warm-up"
@@ -283,13 +312,15 @@ async fn collect(
                     line.push_str(&format!(" | {name}: ok {ok} refused {refused} err {other} TTFT p50 {p50} ms"));
                 }
                 last = records.len();
-                let mut err = std::io::stderr().lock();
-                let _ = if tty { write!(err, "\r\x1b[2K{line}") } else { writeln!(err, "{line}") };
+                if drawn {
+                    // The live line has its own time and phase in front.
+                    let tenants = line.split_once(" | ").map_or("", |(_, t)| t);
+                    live.set_extra(format!("last 1s: {tenants}"));
+                } else {
+                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                }
             }
         }
-    }
-    if progress && tty {
-        eprintln!();
     }
     records
 }

@@ -378,6 +378,14 @@ impl<T> FlowQueue<T> {
         self.tenant_ids.len()
     }
 
+    /// Every tenant whose state is kept, with its queued (entries, bytes): for status pages.
+    pub fn queued_by_tenant(&self) -> impl Iterator<Item = (&Arc<str>, usize, u64)> {
+        self.tenants
+            .iter()
+            .filter_map(|slot| slot.tenant.as_ref())
+            .map(|t| (&t.name, t.entries, t.bytes))
+    }
+
     /// A tenant's queued (entries, bytes); `None` when the queue keeps no state for it.
     pub fn tenant_queued(&self, tenant: &str) -> Option<(usize, u64)> {
         let t = self.tenant(*self.tenant_ids.get(tenant)?);

@@ -1,5 +1,12 @@
 //! The admin listener: `/metrics` (Prometheus/OpenMetrics text), `/healthz` (the process
-//! answers) and `/readyz` (at least one replica can take traffic).
+//! answers), `/readyz` (at least one replica can take traffic), and for operators `/` (the
+//! status page, [`page`]), `/api/status` (what the router sees, [`status`]) and
+//! `/api/decisions` (recent routing decisions with each candidate's scores).
+
+mod page;
+mod status;
+
+pub use status::Status;
 
 use crate::errors::{full_body, ApiError, RespBody};
 use crate::metrics::{Metrics, ReplicaLabels};
@@ -30,6 +37,10 @@ pub struct AdminState {
     /// `/metrics` asks for this bearer token when set (its SHA-256: compared whole, never
     /// byte by byte as it arrives).
     pub token: Option<AdminToken>,
+    pub decisions: Arc<crate::decisions::DecisionLog>,
+    /// Tenants' queues (absent when flow control is replaced, as tests may).
+    pub flow: Option<crate::flow::FlowControl>,
+    pub started: Instant,
 }
 
 /// The admin listener's bearer token.
@@ -68,16 +79,17 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return ApiError::method_not_allowed(req.method(), req.uri().path()).into_response();
     }
-    match req.uri().path() {
-        "/metrics"
+    let path = req.uri().path();
+    match path {
+        "/metrics" | "/api/status" | "/api/decisions"
             if state
                 .token
                 .as_ref()
                 .is_some_and(|t| !t.allows(req.headers())) =>
         {
-            let mut resp = ApiError::unauthorized(
-                "The admin listener's /metrics needs `Authorization: Bearer <admin token>`.",
-            )
+            let mut resp = ApiError::unauthorized(format!(
+                "The admin listener's {path} needs `Authorization: Bearer <admin token>`."
+            ))
             .into_response();
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -87,6 +99,13 @@ pub fn handle<B>(state: &AdminState, req: Request<B>) -> Response<RespBody> {
             refresh_gauges(state);
             metrics_response(state.metrics.encode())
         }
+        // The page holds no data of its own: it asks the two APIs, with the token if one is
+        // set, so it may be served to anyone who reaches the port.
+        "/" | "/status" => page::response(),
+        "/api/status" => json(&status::status(state)),
+        "/api/decisions" => json(&serde_json::json!({
+            "decisions": state.decisions.recent(),
+        })),
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
         "/readyz" if state.draining.load(std::sync::atomic::Ordering::Relaxed) => text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -104,6 +123,19 @@ pub(crate) fn metrics_response(exposition: String) -> Response<RespBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
+    resp
+}
+
+/// A JSON admin answer, never cached (it is a view of now).
+fn json<T: serde::Serialize>(value: &T) -> Response<RespBody> {
+    let body = serde_json::to_string(value).expect("status types serialize");
+    let mut resp = Response::new(full_body(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
 

@@ -5,6 +5,7 @@
 //! the same new prefix see each other: the second finds the first's blocks and follows it.
 
 use super::{Attempt, AttemptError, Chosen};
+use crate::decisions::{CandidateExplained, DecisionLog, Explanation, Record};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::{Metrics, ReasonLabels, ResultLabels};
 use crate::sessions::{Affinity, Seen, Sessions, TokenKey};
@@ -47,15 +48,19 @@ pub struct Routed {
     pub cached_tokens: Option<u32>,
     /// The session token to answer with, and what became of the session's affinity.
     pub session: Option<(String, Affinity)>,
+    /// Each candidate's scores, when asked for.
+    pub explanation: Option<Arc<Explanation>>,
 }
 
-/// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection).
+/// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection);
+/// with `explain`, say why ([`Routed::explanation`]).
 pub fn choose(
     index: &Indexes,
     table: &Table,
     features: &crate::request::RequestFeatures,
     exclude: &[ReplicaId],
     seed: u64,
+    explain: bool,
 ) -> Result<Routed, ApiError> {
     let all = table
         .candidates(&features.model)
@@ -68,12 +73,14 @@ pub fn choose(
         exclude,
         seed,
         Some(&index.sessions),
+        explain,
     )
 }
 
 /// Pick one of `all` for `features` (the serving candidates, or the prefill candidates of a
 /// split), skipping `exclude`, and record the choice in the index; with `sessions`, the
 /// request's session goes back to its home replica when affinity allows.
+#[allow(clippy::too_many_arguments)]
 pub fn choose_among(
     indexes: &Indexes,
     table: &Table,
@@ -82,6 +89,7 @@ pub fn choose_among(
     exclude: &[ReplicaId],
     seed: u64,
     sessions: Option<&Sessions>,
+    explain: bool,
 ) -> Result<Routed, ApiError> {
     let now = Instant::now();
     let mut ready: Vec<&Candidate> = all
@@ -142,7 +150,7 @@ pub fn choose_among(
         s.home(&features.session, now)
             .map(|name| ready.iter().position(|c| c.replica.name == name))
     });
-    let (decision, queued_ahead, prefill_tokens, pending, affinity) = {
+    let (decision, queued_ahead, prefill_tokens, pending, affinity, scores) = {
         let mut index = indexes.approx.lock();
         index.longest_prefix(hashes, &ids, &mut matched);
         if let Some(precise) = &precise {
@@ -174,10 +182,16 @@ pub fn choose_among(
             })
             .collect();
         // Candidates of several pools are scored by the first's weights.
-        let mut decision = table
-            .scheduler_for(&ready[0].pool)
+        let scheduler = table.scheduler_for(&ready[0].pool);
+        let mut decision = scheduler
             .decide_with_hashes(&request, hashes, &views, seed)
             .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
+        let scores = explain.then(|| {
+            (
+                scheduler.config().policy.name(),
+                scheduler.explain(&request, &views),
+            )
+        });
         let affinity = session_home.map(|home| {
             let seen = |i: usize| Seen {
                 matched: views[i].matched_blocks,
@@ -227,8 +241,14 @@ pub fn choose_among(
             prefill_tokens,
             pending,
             affinity,
+            scores,
         )
     };
+    let explanation = scores.map(|(policy, scores)| {
+        Arc::new(explained(
+            all, &ready, exclude, now, policy, scores, &decision, &request,
+        ))
+    });
     let candidate = ready[decision.index].clone();
     let session = sessions
         .zip(affinity)
@@ -260,7 +280,63 @@ pub fn choose_among(
         pending,
         cached_tokens,
         session,
+        explanation,
     })
+}
+
+/// The explanation of `decision` among `ready` (scored, in order), and of the rest of `all`
+/// (why each was not considered).
+#[allow(clippy::too_many_arguments)]
+fn explained(
+    all: &[Candidate],
+    ready: &[&Candidate],
+    exclude: &[ReplicaId],
+    now: Instant,
+    policy: &'static str,
+    scores: Vec<warmpath_routing::scheduler::CandidateScores>,
+    decision: &Decision,
+    request: &RequestView,
+) -> Explanation {
+    let mut candidates: Vec<CandidateExplained> = ready
+        .iter()
+        .zip(scores)
+        .enumerate()
+        .map(|(i, (c, s))| CandidateExplained {
+            replica: c.replica.name.clone(),
+            pool: c.pool.clone(),
+            chosen: i == decision.index,
+            skipped: None,
+            scores: Some(s),
+        })
+        .collect();
+    for c in all {
+        if ready.iter().any(|r| r.replica.id == c.replica.id) {
+            continue;
+        }
+        let why = if exclude.contains(&c.replica.id) {
+            "tried"
+        } else if !c.replica.health.is_ready(now) {
+            "not_ready"
+        } else {
+            "stalled"
+        };
+        candidates.push(CandidateExplained {
+            replica: c.replica.name.clone(),
+            pool: c.pool.clone(),
+            chosen: false,
+            skipped: Some(why),
+            scores: None,
+        });
+    }
+    Explanation {
+        policy,
+        reason: decision.reason,
+        chosen: ready[decision.index].replica.name.clone(),
+        prompt_tokens: request.prompt_tokens,
+        blocks: request.blocks,
+        spilled: decision.spilled,
+        candidates,
+    }
 }
 
 /// A candidate's match in the engine's own blocks.
@@ -362,6 +438,7 @@ pub(super) struct ChooseState {
     index: Indexes,
     metrics: Arc<Metrics>,
     seed: AtomicU64,
+    decisions: Arc<DecisionLog>,
 }
 
 impl ChooseLayer {
@@ -379,15 +456,22 @@ impl ChooseLayer {
                 sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
             },
             metrics,
+            Arc::default(),
         )
     }
 
-    pub fn with_indexes(index: Indexes, metrics: Arc<Metrics>) -> Self {
+    /// Recording explained and sampled decisions in `decisions`.
+    pub fn with_indexes(
+        index: Indexes,
+        metrics: Arc<Metrics>,
+        decisions: Arc<DecisionLog>,
+    ) -> Self {
         Self {
             shared: Arc::new(ChooseState {
                 index,
                 metrics,
                 seed: AtomicU64::new(rand::random()),
+                decisions,
             }),
         }
     }
@@ -441,16 +525,38 @@ where
         let request = &attempt.request;
         let features = request.features();
         let started = Instant::now();
-        let routed = match choose(
+        let table = &request.ctx().table;
+        let explain = &table.config.explain;
+        let asked = explain.header && crate::decisions::asked(&request.parsed.read.head.headers);
+        let sampled = !asked
+            && explain.recent > 0
+            && state.decisions.sample(started, explain.sample_interval());
+        let mut routed = match choose(
             &state.index,
-            &request.ctx().table,
+            table,
             features,
             &attempt.exclude,
             state.next_seed(),
+            asked || sampled,
         ) {
             Ok(r) => r,
             Err(e) => return Either::Left(ready(Err(AttemptError::NoReplica(e)))),
         };
+        if let Some(e) = &routed.explanation {
+            if explain.recent > 0 {
+                let record = Record::now(
+                    &request.ctx().request_id,
+                    &features.model,
+                    request.tenant.name.clone(),
+                    asked,
+                    e.clone(),
+                );
+                state.decisions.push(record, explain.recent);
+            }
+            if !asked {
+                routed.explanation = None;
+            }
+        }
         let m = &state.metrics;
         m.decision_duration.observe(started.elapsed().as_secs_f64());
         m.decisions
@@ -465,6 +571,10 @@ where
             .inc_by(features.prompt.hashes.len() as u64);
         m.prefix_blocks_matched
             .inc_by(routed.decision.matched_blocks as u64);
+        routed.candidate.replica.count_blocks(
+            features.prompt.hashes.len() as u64,
+            u64::from(routed.decision.matched_blocks),
+        );
         if let Some((_, affinity)) = &routed.session {
             m.session_affinity
                 .get_or_create(&ResultLabels {

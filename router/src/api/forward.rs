@@ -269,6 +269,10 @@ fn respond(
         }
     }
 
+    if let Some(v) = routed.explanation.as_ref().and_then(|e| e.header_value()) {
+        headers.insert(crate::decisions::EXPLAIN_HEADER, v);
+    }
+
     let status = up.status.as_u16();
     let started = ctx.started;
     let idle = config.timeouts.idle();

@@ -198,6 +198,8 @@ pub struct StackParts {
     pub body_budget_bytes: usize,
     /// Every response body is registered here, for clients that stop taking data.
     pub stall_watch: Arc<crate::body::StallWatch>,
+    /// Explained and sampled decisions, for the admin listener.
+    pub decisions: Arc<crate::decisions::DecisionLog>,
 }
 
 /// The whole API stack for requests with body type `B`.
@@ -222,6 +224,7 @@ where
             sessions: parts.sessions.clone(),
         },
         parts.metrics.clone(),
+        parts.decisions.clone(),
     );
     let proxy = ServiceBuilder::new()
         .layer(read_body::ReadBodyLayer::new(read_body::BodyBudget::new(

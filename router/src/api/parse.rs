@@ -75,7 +75,7 @@ where
 
 /// What the request says about its session: the first configured session header present, else
 /// (when configured) its `user` field; and the token it echoed.
-fn session_of(
+pub(crate) fn session_of(
     headers: &http::HeaderMap,
     config: &crate::config::SessionsConfig,
     features: &crate::request::RequestFeatures,

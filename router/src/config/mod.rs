@@ -10,6 +10,8 @@
 //! [`warmpath_routing::ConfigError`] at the field it names, so the router can never accept a
 //! value the core would neutralise, nor refuse one the core documents as valid.
 
+mod endpoint_picker;
+mod explain;
 mod kv_events;
 mod locate;
 mod sessions;
@@ -25,6 +27,8 @@ use warmpath_routing::predict::TtftPrior;
 use warmpath_routing::prompt::BlockHasher;
 use warmpath_routing::scheduler::SchedulerConfig;
 
+pub use endpoint_picker::{EndpointPickerConfig, FailureMode};
+pub use explain::{ExplainConfig, MAX_RECENT};
 pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
 pub use sessions::SessionsConfig;
@@ -69,6 +73,9 @@ pub struct Config {
     pub health: HealthConfig,
     #[serde(default)]
     pub response_headers: ResponseHeadersConfig,
+    /// Decision explanations: the `x-warmpath-explain` header, the recent decisions kept.
+    #[serde(default)]
+    pub explain: ExplainConfig,
     /// The prefill/decode split (used when a model has pools with role `prefill`).
     #[serde(default)]
     pub pd: PdConfig,
@@ -84,6 +91,9 @@ pub struct Config {
     /// Leaving on SIGTERM (read at start).
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// Envoy's ext_proc protocol for a Gateway (GIE's endpoint picker); off unless it listens.
+    #[serde(default)]
+    pub endpoint_picker: EndpointPickerConfig,
 }
 
 /// The settings a running router does not change (its listeners, their TLS and auth, how it
@@ -96,6 +106,7 @@ pub struct StartOnly {
     admin_token_file: Option<std::path::PathBuf>,
     shutdown: ShutdownConfig,
     session_key_file: Option<std::path::PathBuf>,
+    endpoint_picker: (Option<SocketAddr>, usize),
 }
 
 impl Config {
@@ -107,6 +118,10 @@ impl Config {
             admin_token_file: self.admin_token_file.clone(),
             shutdown: self.shutdown,
             session_key_file: self.sessions.key_file.clone(),
+            endpoint_picker: (
+                self.endpoint_picker.listen,
+                self.endpoint_picker.max_streams,
+            ),
         }
     }
 }
@@ -749,6 +764,11 @@ impl Config {
         }
         self.tenants.validate(root.key("tenants"))?;
         self.sessions.validate(root.key("sessions"))?;
+        self.explain.validate(root.key("explain"))?;
+        self.endpoint_picker.validate(
+            root.key("endpoint_picker"),
+            &[("listen", self.listen), ("admin", self.admin)],
+        )?;
         self.flow.validate(root.key("flow"))?;
         let h = &self.health;
         if h.eject_base_ms == 0 || h.eject_max_ms < h.eject_base_ms {

@@ -82,6 +82,16 @@ struct ModelFlow {
     tenants: HashMap<Arc<str>, u32>,
 }
 
+/// A tenant's requests of one model, now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TenantNow {
+    pub model: Arc<str>,
+    pub tenant: Arc<str>,
+    pub in_flight: u32,
+    pub queued: usize,
+    pub queued_bytes: u64,
+}
+
 /// A queued request: where its answer goes, and what its grant will hold.
 struct Waiter {
     tx: oneshot::Sender<Result<Permit, ApiError>>,
@@ -122,6 +132,37 @@ impl FlowControl {
             .filter_map(|m| m.queue.as_ref())
             .map(FlowQueue::len)
             .sum()
+    }
+
+    /// Per model and tenant: requests in flight and queued now (tenants with neither are
+    /// left out), for the status page.
+    pub fn tenants(&self) -> Vec<TenantNow> {
+        let st = self.shared.state.lock();
+        let mut out = Vec::new();
+        for (model, flow) in &st.models {
+            let mut rows: HashMap<&Arc<str>, TenantNow> = HashMap::new();
+            let row = |tenant: &Arc<str>| TenantNow {
+                model: model.clone(),
+                tenant: tenant.clone(),
+                in_flight: 0,
+                queued: 0,
+                queued_bytes: 0,
+            };
+            for (tenant, &n) in &flow.tenants {
+                rows.entry(tenant).or_insert_with(|| row(tenant)).in_flight = n;
+            }
+            for (tenant, entries, bytes) in flow.queue.iter().flat_map(FlowQueue::queued_by_tenant)
+            {
+                if entries > 0 {
+                    let r = rows.entry(tenant).or_insert_with(|| row(tenant));
+                    r.queued = entries;
+                    r.queued_bytes = bytes;
+                }
+            }
+            out.extend(rows.into_values());
+        }
+        out.sort_by(|a, b| (&a.model, &a.tenant).cmp(&(&b.model, &b.tenant)));
+        out
     }
 
     /// Release queued requests as capacity allows, until `shutdown`; then answer every queued

@@ -94,6 +94,10 @@ pub struct ReplicaState {
     /// Written by the replica's KV-event task, read by the replica choice.
     pub kv: Mutex<KvStatus>,
     scrape_task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Prompt blocks of the requests routed here, and of those the blocks it held: its
+    /// cache-hit rate as the router sees it (the status page's).
+    blocks_routed: AtomicU64,
+    blocks_matched: AtomicU64,
 }
 
 impl ReplicaState {
@@ -127,7 +131,23 @@ impl ReplicaState {
             kv_source: Mutex::new(None),
             kv: Mutex::new(KvStatus::default()),
             scrape_task: Mutex::new(None),
+            blocks_routed: AtomicU64::new(0),
+            blocks_matched: AtomicU64::new(0),
         }
+    }
+
+    /// A request was routed here with `blocks` prompt blocks, `matched` of them held here.
+    pub fn count_blocks(&self, blocks: u64, matched: u64) {
+        self.blocks_routed.fetch_add(blocks, Ordering::Relaxed);
+        self.blocks_matched.fetch_add(matched, Ordering::Relaxed);
+    }
+
+    /// Prompt blocks routed here and of those found held here, since the router started.
+    pub fn blocks(&self) -> (u64, u64) {
+        (
+            self.blocks_routed.load(Ordering::Relaxed),
+            self.blocks_matched.load(Ordering::Relaxed),
+        )
     }
 
     pub fn inflight_requests(&self) -> u32 {

@@ -30,6 +30,19 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The name it is configured by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::LeastLoad => "least_load",
+            Policy::Prefix => "prefix",
+            Policy::PredictedTtft => "predicted_ttft",
+            Policy::ConsistentHash => "consistent_hash",
+            Policy::LlmD => "llm_d",
+            Policy::Dynamo => "dynamo",
+        }
+    }
+
     /// Every policy, warmpath's first, then the peer baselines.
     pub const ALL: [Policy; 7] = [
         Policy::RoundRobin,

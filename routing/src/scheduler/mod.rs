@@ -34,7 +34,7 @@
 //! heavy load.
 //!
 //! Where things are: `config` (the policy, weights, hot-spot guard and peer baselines' knobs,
-//! and their checks), `view` (what the scheduler sees of a replica and the request), `weighted`
+//! and their checks), `explain` (each candidate's scores, for operators), `view` (what the scheduler sees of a replica and the request), `weighted`
 //! (the weighted-sum policy and its stickiness rule), `predicted` (predicted TTFT and the cost
 //! argmin), `consistent_hash`, `llm_d`, `dynamo` (the peer baselines), `tiebreak` (seeded
 //! random tie-breaks); the decision itself and the hot-spot guard are here.
@@ -42,6 +42,7 @@
 mod config;
 mod consistent_hash;
 mod dynamo;
+mod explain;
 mod llm_d;
 mod predicted;
 mod tiebreak;
@@ -53,6 +54,7 @@ pub use config::{
     MAX_VIRTUAL_NODES,
 };
 pub use consistent_hash::{capacity, ring_key, EMPTY_PROMPT_KEY};
+pub use explain::CandidateScores;
 pub use view::{replica_key, EngineLoad, ReplicaView, RequestView, MAX_ENGINE_COUNT};
 pub use weighted::{LOAD_FLOOR, QUEUE_FLOOR};
 

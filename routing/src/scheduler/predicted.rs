@@ -64,7 +64,7 @@ impl<'a> Predictor<'a> {
     /// once (as this did before) let a saturated fleet trade hits for this request's TTFT until
     /// it ran cold: on multi-turn chat at 32 in flight over 8 replicas, one seed in three fell
     /// to a 0.37 hit rate and 45 % of `prefix`'s throughput (bench/results-predicted).
-    fn cost(&self, c: &ReplicaView<'_>) -> f64 {
+    pub(super) fn cost(&self, c: &ReplicaView<'_>) -> f64 {
         let extra = self.request.uncached_tokens(c.matched_blocks) - self.min_uncached;
         let delayed = 1.0 + c.queued_ahead();
         self.of(c) + delayed * c.ttft.per_token_s() * f64::from(extra)

@@ -84,42 +84,68 @@ pub(super) fn weighted_scores(
     request: &RequestView,
     candidates: &[ReplicaView<'_>],
 ) -> Vec<f64> {
-    let (wp, wl, wq, wk) = (
+    let w = [
         weight(weights.prefix),
         weight(weights.load),
         weight(weights.queue),
         weight(weights.kv_cache),
-    );
-    let mut max_inflight = LOAD_FLOOR;
-    let mut max_waiting = QUEUE_FLOOR;
-    let (mut kv_sum, mut kv_known) = (0.0, 0u32);
-    for c in candidates {
-        max_inflight = max_inflight.max(f64::from(c.inflight_requests));
-        max_waiting = max_waiting.max(c.waiting());
-        if let Some(u) = c.kv_usage() {
-            kv_sum += u;
-            kv_known += 1;
-        }
-    }
-    let kv_unknown = if kv_known > 0 {
-        kv_sum / f64::from(kv_known)
-    } else {
-        0.5
-    };
+    ];
+    let scorers = Scorers::new(candidates);
     candidates
         .iter()
         .map(|c| {
-            let prefix = if request.blocks == 0 {
-                0.0
-            } else {
-                (f64::from(c.matched_blocks) / f64::from(request.blocks)).min(1.0)
-            };
-            let load = 1.0 - f64::from(c.inflight_requests) / max_inflight;
-            let queue = 1.0 - c.waiting() / max_waiting;
-            let kv = 1.0 - c.kv_usage().unwrap_or(kv_unknown);
-            wp * prefix + wl * load + wq * queue + wk * kv
+            let s = scorers.of(request, c);
+            w[0] * s[0] + w[1] * s[1] + w[2] * s[2] + w[3] * s[3]
         })
         .collect()
+}
+
+/// The four scorers' normalisers, taken over all candidates: each candidate's scores are
+/// relative to the others'.
+pub(super) struct Scorers {
+    max_inflight: f64,
+    max_waiting: f64,
+    /// What an unknown KV use counts as: the known candidates' mean.
+    kv_unknown: f64,
+}
+
+impl Scorers {
+    pub(super) fn new(candidates: &[ReplicaView<'_>]) -> Self {
+        let mut max_inflight = LOAD_FLOOR;
+        let mut max_waiting = QUEUE_FLOOR;
+        let (mut kv_sum, mut kv_known) = (0.0, 0u32);
+        for c in candidates {
+            max_inflight = max_inflight.max(f64::from(c.inflight_requests));
+            max_waiting = max_waiting.max(c.waiting());
+            if let Some(u) = c.kv_usage() {
+                kv_sum += u;
+                kv_known += 1;
+            }
+        }
+        let kv_unknown = if kv_known > 0 {
+            kv_sum / f64::from(kv_known)
+        } else {
+            0.5
+        };
+        Self {
+            max_inflight,
+            max_waiting,
+            kv_unknown,
+        }
+    }
+
+    /// `[prefix, load, queue, kv_cache]`, each in `0..=1`, unweighted.
+    pub(super) fn of(&self, request: &RequestView, c: &ReplicaView<'_>) -> [f64; 4] {
+        let prefix = if request.blocks == 0 {
+            0.0
+        } else {
+            (f64::from(c.matched_blocks) / f64::from(request.blocks)).min(1.0)
+        };
+        let load = 1.0 - f64::from(c.inflight_requests) / self.max_inflight;
+        let queue = 1.0 - c.waiting() / self.max_waiting;
+        let kv = 1.0 - c.kv_usage().unwrap_or(self.kv_unknown);
+        [prefix, load, queue, kv]
+    }
 }
 
 /// The best score, ties at random.

@@ -174,6 +174,7 @@ impl Split {
                 &exclude,
                 self.choose.next_seed(),
                 None,
+                false,
             ) {
                 Ok(leg) => leg,
                 Err(_) => break,
@@ -254,6 +255,7 @@ impl Split {
             &[],
             self.choose.next_seed(),
             None,
+            false,
         )
         .map_err(AttemptError::NoReplica)?;
         Ok(Chosen {

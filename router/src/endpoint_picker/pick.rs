@@ -1,0 +1,308 @@
+//! A request's pick, by the proxy's own stages: the body parsed by [`crate::request::parse`]
+//! (the path says completions or chat), unknown models refused, the tenant identified and
+//! admitted by the same [`Admission`] (flow control), then [`crate::api::choose::choose`] on the
+//! same indexes, counters and table, recorded in the same metrics and decision log. So a
+//! Gateway's request goes where the proxy would have sent it.
+
+use super::wire::{in_subset, Head};
+use crate::api::admission::{Admission, AdmissionRequest, Permit};
+use crate::api::choose::{choose, Indexes, Routed};
+use crate::decisions::{DecisionLog, Record};
+use crate::errors::ApiError;
+use crate::metrics::{Metrics, ReasonLabels, RequestLabels, ResultLabels};
+use crate::request::{Endpoint, RequestFeatures};
+use crate::state::publish::TableReader;
+use crate::state::table::Table;
+use crate::tenants::Tenant;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use warmpath_routing::ReplicaId;
+
+pub use crate::api::admission::Admit;
+
+/// What the picker shares with the proxy: the same state `start` gives the API stack.
+#[derive(Clone)]
+pub struct Parts {
+    pub tables: TableReader,
+    pub metrics: Arc<Metrics>,
+    pub indexes: Indexes,
+    pub admission: Arc<dyn Admission>,
+    pub decisions: Arc<DecisionLog>,
+}
+
+/// The picker's routing core, one for all streams.
+pub struct Core {
+    pub parts: Parts,
+    /// Tie-break seeds, distinct per request (as the proxy's choose layer makes them).
+    seed: AtomicU64,
+    /// Turn of requests that are not inference requests (`/v1/models`): any ready replica.
+    rotation: AtomicUsize,
+}
+
+/// A request the picker will not route, and the model label its metric carries (empty before
+/// the body was parsed; `(unknown)` for a model no pool serves).
+#[derive(Debug)]
+pub struct Refusal {
+    pub error: ApiError,
+    pub model: String,
+}
+
+impl Refusal {
+    fn before_parse(error: ApiError) -> Self {
+        Self {
+            error,
+            model: String::new(),
+        }
+    }
+}
+
+/// A request parsed and identified, before admission.
+pub struct Parsed {
+    pub table: Arc<Table>,
+    pub features: RequestFeatures,
+    pub tenant: Arc<Tenant>,
+    pub body_bytes: usize,
+}
+
+/// A request bound to a replica.
+pub struct Picked {
+    pub routed: Routed,
+    pub permit: Permit,
+    pub table: Arc<Table>,
+    pub model: String,
+    pub stream: bool,
+    /// `IP:PORT` for the Gateway.
+    pub endpoint: String,
+}
+
+/// Which OpenAI endpoint a request head is for: only POSTs to the completion endpoints are
+/// routed, as in the proxy (`api::endpoints`).
+pub fn endpoint(head: &Head) -> Option<Endpoint> {
+    if head.method != "POST" {
+        return None;
+    }
+    match head.path.as_str() {
+        "/v1/completions" => Some(Endpoint::Completions),
+        "/v1/chat/completions" => Some(Endpoint::ChatCompletions),
+        _ => None,
+    }
+}
+
+impl Core {
+    pub fn new(parts: Parts) -> Self {
+        Self {
+            parts,
+            seed: AtomicU64::new(rand::random()),
+            rotation: AtomicUsize::new(0),
+        }
+    }
+
+    fn next_seed(&self) -> u64 {
+        let at = self
+            .seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        SplitMix64::seed_from_u64(at).next_u64()
+    }
+
+    /// The proxy's parse stage and identity check, on the body the Gateway buffered.
+    pub fn parse(
+        &self,
+        endpoint: Endpoint,
+        head: &Head,
+        body: &[u8],
+        peer: Option<IpAddr>,
+    ) -> Result<Parsed, Refusal> {
+        let table = self.parts.tables.current();
+        let mut features = crate::request::parse(endpoint, body, &table.hasher, |model| {
+            let p = table.precise(model)?;
+            (body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
+        })
+        .map_err(Refusal::before_parse)?;
+        features.session =
+            crate::api::parse::session_of(&head.headers, &table.config.sessions, &features);
+        if !table.serves(&features.model) {
+            return Err(Refusal {
+                error: ApiError::unknown_model(&features.model),
+                model: "(unknown)".to_owned(),
+            });
+        }
+        // The peer is the Gateway: its tenant headers count when `tenants.trusted_sources`
+        // names its addresses (a client's own key counts wherever it comes from).
+        let identity = table
+            .tenants
+            .identify(&head.headers, peer)
+            .map_err(|error| Refusal {
+                error,
+                model: features.model.clone(),
+            })?;
+        Ok(Parsed {
+            table,
+            features,
+            tenant: identity.tenant,
+            body_bytes: body.len(),
+        })
+    }
+
+    /// The proxy's admission stage: flow control may answer at once, queue, or refuse.
+    pub fn admit(&self, parsed: &Parsed) -> Admit {
+        let f = &parsed.features;
+        self.parts.admission.admit(&AdmissionRequest {
+            tenant: &parsed.tenant,
+            model: &f.model,
+            prompt_tokens: warmpath_routing::prompt::estimate_tokens(f.prompt.total_bytes),
+            max_tokens: f.max_tokens,
+            body_bytes: parsed.body_bytes,
+            table: &parsed.table,
+        })
+    }
+
+    /// The proxy's choice, among the replicas in the Gateway's `subset` when it sets one,
+    /// counted and logged as the proxy's choose layer does.
+    pub fn choose(
+        &self,
+        parsed: Parsed,
+        permit: Permit,
+        head: &Head,
+        subset: Option<&[String]>,
+    ) -> Result<Picked, Refusal> {
+        let Parsed {
+            table,
+            features,
+            tenant,
+            ..
+        } = parsed;
+        let started = Instant::now();
+        let exclude: Vec<ReplicaId> = match (subset, table.candidates(&features.model)) {
+            (Some(subset), Some(all)) => all
+                .iter()
+                .filter(|c| !in_subset(subset, &c.replica.authority))
+                .map(|c| c.replica.id)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let explain = &table.config.explain;
+        let asked = explain.header && crate::decisions::asked(&head.headers);
+        let sampled = !asked
+            && explain.recent > 0
+            && self
+                .parts
+                .decisions
+                .sample(started, explain.sample_interval());
+        let mut routed = choose(
+            &self.parts.indexes,
+            &table,
+            &features,
+            &exclude,
+            self.next_seed(),
+            asked || sampled,
+        )
+        .map_err(|error| Refusal {
+            error,
+            model: features.model.clone(),
+        })?;
+        if let Some(e) = &routed.explanation {
+            if explain.recent > 0 {
+                let id = head
+                    .headers
+                    .get("x-request-id")
+                    .cloned()
+                    .unwrap_or(http::HeaderValue::from_static(""));
+                let record =
+                    Record::now(&id, &features.model, tenant.name.clone(), asked, e.clone());
+                self.parts.decisions.push(record, explain.recent);
+            }
+            if !asked {
+                routed.explanation = None;
+            }
+        }
+        let m = &self.parts.metrics;
+        m.decision_duration.observe(started.elapsed().as_secs_f64());
+        m.decisions
+            .get_or_create(&ReasonLabels {
+                reason: routed.decision.reason,
+            })
+            .inc();
+        if routed.decision.spilled {
+            m.spills.inc();
+        }
+        let blocks = features.prompt.hashes.len() as u64;
+        m.prefix_blocks_queried.inc_by(blocks);
+        m.prefix_blocks_matched
+            .inc_by(u64::from(routed.decision.matched_blocks));
+        routed
+            .candidate
+            .replica
+            .count_blocks(blocks, u64::from(routed.decision.matched_blocks));
+        if let Some((_, affinity)) = &routed.session {
+            m.session_affinity
+                .get_or_create(&ResultLabels {
+                    result: affinity.label(),
+                })
+                .inc();
+        }
+        permit.set_uncached_prompt(u64::from(routed.uncached_tokens));
+        Ok(Picked {
+            endpoint: routed.candidate.replica.authority.to_string(),
+            routed,
+            permit,
+            table,
+            stream: features.stream,
+            model: features.model,
+        })
+    }
+
+    /// A ready replica, in turn, for a request that is not an inference request (`/v1/models`,
+    /// `/health`): the proxy answers those itself, a Gateway needs an endpoint that can.
+    pub fn any(&self, subset: Option<&[String]>) -> Option<String> {
+        let table = self.parts.tables.current();
+        let now = Instant::now();
+        let mut ready: Vec<&crate::state::table::Candidate> = Vec::new();
+        for pool in table
+            .config
+            .pools
+            .iter()
+            .filter(|p| p.role != crate::config::Role::Prefill)
+        {
+            for model in &pool.models {
+                for c in table.candidates(model).into_iter().flat_map(|c| c.iter()) {
+                    let fits = subset.is_none_or(|s| in_subset(s, &c.replica.authority));
+                    if fits
+                        && c.replica.health.is_ready(now)
+                        && !ready.iter().any(|r| r.replica.id == c.replica.id)
+                    {
+                        ready.push(c);
+                    }
+                }
+            }
+        }
+        if ready.is_empty() {
+            return None;
+        }
+        let turn = self.rotation.fetch_add(1, Ordering::Relaxed);
+        Some(ready[turn % ready.len()].replica.authority.to_string())
+    }
+
+    /// Count a request answered with its refusal, as the proxy counts its error answers.
+    pub fn count_refusal(&self, refusal: &Refusal) {
+        let error = &refusal.error;
+        if error.status.is_server_error() {
+            tracing::warn!("endpoint picker: {error}");
+        } else {
+            tracing::debug!("endpoint picker: {error}");
+        }
+        self.parts
+            .metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                model: refusal.model.clone(),
+                pool: String::new(),
+                replica: String::new(),
+                status: error.status.as_u16(),
+            })
+            .inc();
+    }
+}

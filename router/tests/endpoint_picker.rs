@@ -1,0 +1,917 @@
+//! Endpoint-picker mode against simulator replicas, through a Gateway played by an ext_proc
+//! client built from Envoy's own protos (`envoy-types`): per request it sends what Envoy sends
+//! (request headers with `:method` and `:path`, the body in chunks, then the upstream's
+//! response), forwards the request to the endpoint the picker named, as Envoy would, and checks
+//! that the picker's choices are the proxy's for the same requests.
+
+mod common;
+
+use common::*;
+use envoy_types::pb::envoy::config::core::v3::{
+    HeaderMap as EnvoyHeaders, HeaderValue as EnvoyHeader, Metadata,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    body_mutation, processing_request, processing_response, CommonResponse, HttpBody, HttpHeaders,
+    ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+use warmpath_router::RouterHandle;
+
+type Client = ExternalProcessorClient<Channel>;
+
+/// One HTTP request as a client sends it through the Gateway.
+#[derive(Clone)]
+struct Call {
+    method: &'static str,
+    path: &'static str,
+    body: Vec<u8>,
+    /// The body's chunks as the Gateway reads them off the client.
+    chunks: usize,
+    /// `envoy.lb.subset_hint`.
+    subset: Option<Vec<String>>,
+    mode: BodySendMode,
+    /// More request headers.
+    headers: Vec<(&'static str, String)>,
+}
+
+impl Call {
+    fn post(path: &'static str, body: impl Into<Vec<u8>>) -> Call {
+        Call {
+            method: "POST",
+            path,
+            body: body.into(),
+            chunks: 3,
+            subset: None,
+            mode: BodySendMode::FullDuplexStreamed,
+            headers: Vec::new(),
+        }
+    }
+
+    fn with(mut self, name: &'static str, value: &str) -> Call {
+        self.headers.push((name, value.to_owned()));
+        self
+    }
+}
+
+/// What the picker told the Gateway, and what came of it.
+#[derive(Debug, Default)]
+struct Told {
+    /// `x-gateway-destination-endpoint` as set on the request.
+    destination: Option<String>,
+    /// `envoy.lb` / `x-gateway-destination-endpoint` in the dynamic metadata.
+    metadata: Option<String>,
+    removed: Vec<String>,
+    clear_route_cache: bool,
+    /// The request body as handed back (full duplex).
+    body: Vec<u8>,
+    /// A local reply: status, headers, JSON body.
+    immediate: Option<(u16, HashMap<String, String>, serde_json::Value)>,
+    upstream_status: Option<u16>,
+    /// Headers the picker set on the response.
+    response_headers: HashMap<String, String>,
+    /// The response body as handed back.
+    response_body: Vec<u8>,
+}
+
+fn header(key: &str, value: &str) -> EnvoyHeader {
+    EnvoyHeader {
+        key: key.to_owned(),
+        raw_value: value.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+fn string(s: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    }
+}
+
+fn headers_message(call: &Call) -> ProcessingRequest {
+    let mut headers = vec![
+        header(":method", call.method),
+        header(":path", call.path),
+        header(":authority", "gateway.example"),
+        header(":scheme", "http"),
+        header("x-request-id", "0f1e2d3c"),
+    ];
+    headers.extend(call.headers.iter().map(|(k, v)| header(k, v)));
+    if !call.body.is_empty() {
+        headers.push(header("content-type", "application/json"));
+        headers.push(header("content-length", &call.body.len().to_string()));
+    }
+    let metadata_context = call.subset.as_ref().map(|subset| Metadata {
+        filter_metadata: [(
+            "envoy.lb.subset_hint".to_owned(),
+            Struct {
+                fields: [(
+                    "x-gateway-destination-endpoint-subset".to_owned(),
+                    Value {
+                        kind: Some(Kind::ListValue(ListValue {
+                            values: subset.iter().map(|e| string(e)).collect(),
+                        })),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            },
+        )]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    });
+    ProcessingRequest {
+        request: Some(processing_request::Request::RequestHeaders(HttpHeaders {
+            headers: Some(EnvoyHeaders { headers }),
+            end_of_stream: call.body.is_empty(),
+            ..Default::default()
+        })),
+        // Envoy says its modes on a stream's first message.
+        protocol_config: Some(ProtocolConfiguration {
+            request_body_mode: call.mode as i32,
+            response_body_mode: call.mode as i32,
+            ..Default::default()
+        }),
+        metadata_context,
+        ..Default::default()
+    }
+}
+
+fn body_message(response: bool, chunk: &[u8], end_of_stream: bool) -> ProcessingRequest {
+    let body = HttpBody {
+        body: chunk.to_vec(),
+        end_of_stream,
+        ..Default::default()
+    };
+    ProcessingRequest {
+        request: Some(if response {
+            processing_request::Request::ResponseBody(body)
+        } else {
+            processing_request::Request::RequestBody(body)
+        }),
+        ..Default::default()
+    }
+}
+
+fn response_headers_message(status: u16, content_type: &str) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(processing_request::Request::ResponseHeaders(HttpHeaders {
+            headers: Some(EnvoyHeaders {
+                headers: vec![
+                    header(":status", &status.to_string()),
+                    header("content-type", content_type),
+                ],
+            }),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// `body` in `n` nearly equal chunks (at least one).
+fn chunks(body: &[u8], n: usize) -> Vec<&[u8]> {
+    let size = body.len().div_ceil(n.max(1)).max(1);
+    let mut out: Vec<&[u8]> = body.chunks(size).collect();
+    if out.is_empty() {
+        out.push(&[]);
+    }
+    out
+}
+
+type Sender = mpsc::Sender<ProcessingRequest>;
+
+/// A new ext_proc stream: the Gateway's side to send on, the picker's answers.
+async fn open(client: &mut Client) -> Result<(Sender, Streaming<ProcessingResponse>), Status> {
+    let (tx, rx) = mpsc::channel(64);
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let inbound = client.process(outbound).await?.into_inner();
+    Ok((tx, inbound))
+}
+
+async fn next(
+    inbound: &mut Streaming<ProcessingResponse>,
+) -> Result<Option<ProcessingResponse>, Status> {
+    tokio::time::timeout(Duration::from_secs(10), inbound.message())
+        .await
+        .expect("the picker answers within 10 s")
+}
+
+/// The destination and the rest of a request-side answer.
+fn read_common(told: &mut Told, common: Option<&CommonResponse>, metadata: Option<&Struct>) {
+    if let Some(m) = common.and_then(|c| c.header_mutation.as_ref()) {
+        for h in &m.set_headers {
+            let h = h.header.as_ref().expect("a header");
+            if h.key == "x-gateway-destination-endpoint" {
+                told.destination = Some(String::from_utf8(h.raw_value.clone()).unwrap());
+            }
+        }
+        told.removed.extend(m.remove_headers.iter().cloned());
+    }
+    told.clear_route_cache |= common.is_some_and(|c| c.clear_route_cache);
+    if let Some(Kind::StructValue(lb)) = metadata
+        .and_then(|m| m.fields.get("envoy.lb"))
+        .and_then(|v| v.kind.as_ref())
+    {
+        if let Some(Kind::StringValue(e)) = lb
+            .fields
+            .get("x-gateway-destination-endpoint")
+            .and_then(|v| v.kind.as_ref())
+        {
+            told.metadata = Some(e.clone());
+        }
+    }
+}
+
+fn streamed(common: Option<&CommonResponse>) -> (Vec<u8>, bool) {
+    match common
+        .and_then(|c| c.body_mutation.as_ref())
+        .and_then(|b| b.mutation.as_ref())
+    {
+        Some(body_mutation::Mutation::StreamedResponse(s)) => (s.body.clone(), s.end_of_stream),
+        other => panic!("a streamed body answer, not {other:?}"),
+    }
+}
+
+fn immediate(
+    told: &mut Told,
+    r: &envoy_types::pb::envoy::service::ext_proc::v3::ImmediateResponse,
+) {
+    let headers = r
+        .headers
+        .iter()
+        .flat_map(|m| &m.set_headers)
+        .filter_map(|h| h.header.as_ref())
+        .map(|h| {
+            (
+                h.key.clone(),
+                String::from_utf8(h.raw_value.clone()).unwrap(),
+            )
+        })
+        .collect();
+    let body = serde_json::from_slice(&r.body).expect("a JSON body");
+    told.immediate = Some((r.status.as_ref().unwrap().code as u16, headers, body));
+}
+
+/// After the request phase: Envoy sends the request where it was told, and passes the
+/// response through the picker (headers, then the body in two chunks), as in GIE's mode.
+async fn upstream(
+    call: &Call,
+    told: &mut Told,
+    tx: &Sender,
+    inbound: &mut Streaming<ProcessingResponse>,
+    full_duplex_response: bool,
+) -> Result<(), Status> {
+    let Some(destination) = told.destination.clone() else {
+        return Ok(());
+    };
+    let addr: SocketAddr = destination.parse().expect("IP:PORT");
+    let body = if full_duplex_response {
+        told.body.clone()
+    } else {
+        call.body.clone()
+    };
+    let reply = send(
+        addr,
+        call.method,
+        call.path,
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await
+    .expect("the chosen endpoint answers");
+    told.upstream_status = Some(reply.status);
+    let content_type = reply.header("content-type").unwrap_or("").to_owned();
+    tx.send(response_headers_message(reply.status, &content_type))
+        .await
+        .unwrap();
+    match next(inbound).await?.and_then(|m| m.response) {
+        Some(processing_response::Response::ResponseHeaders(h)) => {
+            for o in h
+                .response
+                .iter()
+                .flat_map(|c| &c.header_mutation)
+                .flat_map(|m| &m.set_headers)
+            {
+                let h = o.header.as_ref().unwrap();
+                told.response_headers.insert(
+                    h.key.clone(),
+                    String::from_utf8(h.raw_value.clone()).unwrap(),
+                );
+            }
+        }
+        other => panic!("a response headers answer, not {other:?}"),
+    }
+    let parts = chunks(reply.body.as_bytes(), 2);
+    let n = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        tx.send(body_message(true, part, i + 1 == n)).await.unwrap();
+        match next(inbound).await?.and_then(|m| m.response) {
+            Some(processing_response::Response::ResponseBody(b)) if full_duplex_response => {
+                let (chunk, eos) = streamed(b.response.as_ref());
+                assert_eq!(eos, i + 1 == n);
+                told.response_body.extend_from_slice(&chunk);
+            }
+            Some(processing_response::Response::ResponseBody(b)) => {
+                assert_eq!(b.response, Some(CommonResponse::default()));
+            }
+            other => panic!("a response body answer, not {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// One request through the Gateway in GIE's mode (bodies in full duplex).
+async fn through(client: &mut Client, call: &Call) -> Result<Told, Status> {
+    let (tx, mut inbound) = open(client).await?;
+    let mut told = Told::default();
+    tx.send(headers_message(call)).await.unwrap();
+    if !call.body.is_empty() {
+        // Full duplex: the body follows without waiting for an answer.
+        let parts = chunks(&call.body, call.chunks);
+        let n = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
+            tx.send(body_message(false, part, i + 1 == n))
+                .await
+                .unwrap();
+        }
+    }
+    let first = next(&mut inbound).await?.expect("an answer");
+    match &first.response {
+        Some(processing_response::Response::ImmediateResponse(r)) => {
+            immediate(&mut told, r);
+            drop(tx);
+            assert!(
+                next(&mut inbound).await?.is_none(),
+                "the stream ends after a local reply"
+            );
+            return Ok(told);
+        }
+        Some(processing_response::Response::RequestHeaders(h)) => {
+            read_common(
+                &mut told,
+                h.response.as_ref(),
+                first.dynamic_metadata.as_ref(),
+            );
+        }
+        other => panic!("a request headers answer, not {other:?}"),
+    }
+    if !call.body.is_empty() {
+        loop {
+            match next(&mut inbound).await?.and_then(|m| m.response) {
+                Some(processing_response::Response::RequestBody(b)) => {
+                    let (chunk, eos) = streamed(b.response.as_ref());
+                    told.body.extend_from_slice(&chunk);
+                    if eos {
+                        break;
+                    }
+                }
+                other => panic!("the request body handed back, not {other:?}"),
+            }
+        }
+    }
+    upstream(call, &mut told, &tx, &mut inbound, true).await?;
+    drop(tx);
+    assert!(
+        next(&mut inbound).await?.is_none(),
+        "the stream ends with the Gateway's"
+    );
+    Ok(told)
+}
+
+/// One request in `BUFFERED` mode: the headers wait for their answer, the body comes whole.
+async fn through_buffered(client: &mut Client, call: &Call) -> Result<Told, Status> {
+    let (tx, mut inbound) = open(client).await?;
+    let mut told = Told::default();
+    tx.send(headers_message(call)).await.unwrap();
+    match next(&mut inbound).await?.and_then(|m| m.response) {
+        Some(processing_response::Response::RequestHeaders(h)) => {
+            assert_eq!(
+                h.response, None,
+                "headers go on unchanged until the body is read"
+            );
+        }
+        other => panic!("a request headers answer, not {other:?}"),
+    }
+    tx.send(body_message(false, &call.body, true))
+        .await
+        .unwrap();
+    let answer = next(&mut inbound).await?.expect("an answer");
+    match &answer.response {
+        Some(processing_response::Response::RequestBody(b)) => {
+            read_common(
+                &mut told,
+                b.response.as_ref(),
+                answer.dynamic_metadata.as_ref(),
+            );
+            assert!(
+                b.response.as_ref().unwrap().body_mutation.is_none(),
+                "a buffered body goes on as it is"
+            );
+        }
+        Some(processing_response::Response::ImmediateResponse(r)) => {
+            immediate(&mut told, r);
+            return Ok(told);
+        }
+        other => panic!("a request body answer, not {other:?}"),
+    }
+    upstream(call, &mut told, &tx, &mut inbound, false).await?;
+    drop(tx);
+    assert!(next(&mut inbound).await?.is_none());
+    Ok(told)
+}
+
+async fn client(router: &RouterHandle) -> Client {
+    let addr = router
+        .endpoint_picker_addr
+        .expect("the endpoint picker listens");
+    ExternalProcessorClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the endpoint picker")
+}
+
+const PICKER: &str = "endpoint_picker:\n  listen: 127.0.0.1:0\n";
+
+/// The configuration of `tiny` on `addrs`, its load read from the router's own counters only
+/// (no engine scrapes), so that two routers given the same requests in the same order make
+/// the same choices whatever the engines' timing.
+fn unscraped(addrs: &[SocketAddr], extra: &str) -> String {
+    config_yaml("tiny", addrs, extra)
+        .replace("    replicas:", "    metrics_path: null\n    replicas:")
+}
+
+/// Wait until no request counts in flight on `router` (a request is released when its
+/// response has ended, which the client may see a moment before the router does).
+async fn settled(router: &RouterHandle) {
+    for _ in 0..500 {
+        let table = router.table();
+        let inflight: u32 = table
+            .candidates("tiny")
+            .map(|all| all.iter().map(|c| c.replica.inflight_requests()).sum())
+            .unwrap_or(0);
+        if inflight == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("requests still counted in flight");
+}
+
+fn name_of(addrs: &[SocketAddr], endpoint: &str) -> String {
+    let i = addrs
+        .iter()
+        .position(|a| a.to_string() == endpoint)
+        .unwrap_or_else(|| panic!("{endpoint} is no replica"));
+    format!("r{i}")
+}
+
+/// 8 long shared prefixes (half as completions' prompts, half as chats' system messages), each
+/// asked 3 times with different endings: the first of each goes to its prefix's home (the
+/// rendezvous hash of its first block over the replicas' names), the rest follow it (prefix
+/// affinity at no load).
+fn workload() -> Vec<(&'static str, String)> {
+    let bases: Vec<String> = (0..8).map(|i| text(500 + i, 3000)).collect();
+    let mut out = Vec::new();
+    for round in 0..3 {
+        for (i, base) in bases.iter().enumerate() {
+            let ending = format!(" round {round}, question {i}: why?");
+            let request = if i % 2 == 0 {
+                (
+                    "/v1/completions",
+                    serde_json::json!({"model": "tiny", "max_tokens": 2, "prompt": format!("{base}{ending}")}),
+                )
+            } else {
+                (
+                    "/v1/chat/completions",
+                    serde_json::json!({"model": "tiny", "max_tokens": 2, "messages": [
+                        {"role": "system", "content": base},
+                        {"role": "user", "content": ending}]}),
+                )
+            };
+            out.push((request.0, request.1.to_string()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_picker_chooses_as_the_proxy_does() {
+    let mut sim = sim(&["--replicas", "4"]).await;
+    let addrs = sim.addrs();
+    // Two routers, one configuration: one picks for the Gateway, the other proxies.
+    let picker = router(&unscraped(&addrs, PICKER)).await;
+    let proxy = router(&unscraped(&addrs, PICKER)).await;
+    wait_ready(picker.admin_addr).await;
+    wait_ready(proxy.admin_addr).await;
+    let mut gateway = client(&picker).await;
+
+    let mut picked = Vec::new();
+    let mut proxied = Vec::new();
+    for (path, body) in workload() {
+        let told = through(&mut gateway, &Call::post(path, body.clone()))
+            .await
+            .expect("picked");
+        let endpoint = told.destination.clone().expect("a destination");
+        assert_eq!(
+            told.metadata.as_ref(),
+            Some(&endpoint),
+            "header and metadata agree"
+        );
+        assert!(told.clear_route_cache);
+        assert_eq!(
+            told.body,
+            body.as_bytes(),
+            "the body goes on as the client sent it"
+        );
+        assert_eq!(told.upstream_status, Some(200));
+        let name = name_of(&addrs, &endpoint);
+        assert_eq!(
+            told.response_headers.get("x-warmpath-replica"),
+            Some(&name),
+            "the response names the replica, as the proxy's does"
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&told.response_body).unwrap();
+        assert!(
+            answer["choices"].is_array(),
+            "the answer passed back whole: {answer}"
+        );
+        picked.push(name);
+        settled(&picker).await;
+
+        let reply = post(proxy.addr, path, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        proxied.push(reply.replica());
+        settled(&proxy).await;
+    }
+    assert_eq!(picked, proxied, "the picker's choices are the proxy's");
+    // Each prefix stays where it went first; different prefixes spread.
+    for i in 0..8 {
+        let homes: Vec<&String> = picked.iter().skip(i).step_by(8).collect();
+        assert!(
+            homes.iter().all(|h| *h == homes[0]),
+            "prefix {i}: {homes:?}"
+        );
+    }
+    let distinct: std::collections::HashSet<&String> = picked.iter().collect();
+    assert!(distinct.len() >= 2, "8 prefixes on one replica: {picked:?}");
+
+    // What the picker routed is counted as the proxy counts it.
+    let m = router_metrics(picker.admin_addr).await;
+    let ok = metric(
+        &m,
+        "warmpath_requests_total",
+        &[("model", "tiny"), ("status", "200")],
+    );
+    assert_eq!(ok, 24.0, "{m}");
+    assert!(metric(&m, "warmpath_prefix_hit_ratio", &[]) > 0.5, "{m}");
+
+    picker.shutdown().await;
+    proxy.shutdown().await;
+    sim.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_bodies_subsets_and_other_paths() {
+    let s = Setup::new(&["--replicas", "3"], PICKER).await;
+    let addrs = s.sim.addrs();
+    let mut gateway = client(&s.router).await;
+    let prompt = completion(&text(9, 2000), 2);
+
+    // BUFFERED: the destination rides on the body's answer.
+    let mut call = Call::post("/v1/completions", prompt.clone());
+    call.mode = BodySendMode::Buffered;
+    let told = through_buffered(&mut gateway, &call).await.unwrap();
+    let home = told.destination.clone().expect("a destination");
+    assert_eq!(told.metadata.as_ref(), Some(&home));
+    assert_eq!(told.upstream_status, Some(200));
+    settled(&s.router).await;
+    // The same prompt in full duplex: the same replica (its prefix is there now).
+    let told = through(&mut gateway, &Call::post("/v1/completions", prompt.clone()))
+        .await
+        .unwrap();
+    assert_eq!(told.destination.as_ref(), Some(&home));
+    settled(&s.router).await;
+
+    // The Gateway's subset: only its endpoints are candidates, warm or not.
+    let other = addrs
+        .iter()
+        .map(|a| a.to_string())
+        .find(|a| *a != home)
+        .unwrap();
+    let mut call = Call::post("/v1/completions", prompt.clone());
+    call.subset = Some(vec![other.clone()]);
+    let told = through(&mut gateway, &call).await.unwrap();
+    assert_eq!(told.destination.as_ref(), Some(&other));
+    settled(&s.router).await;
+
+    // A streamed answer passes through chunk by chunk.
+    let streaming = serde_json::json!({"model": "tiny", "max_tokens": 4, "stream": true,
+        "prompt": text(9, 2000)})
+    .to_string();
+    let told = through(&mut gateway, &Call::post("/v1/completions", streaming))
+        .await
+        .unwrap();
+    let warm = told.destination.expect("a destination");
+    assert!(
+        warm == home || warm == other,
+        "{warm}: both hold the prompt now"
+    );
+    let sse = String::from_utf8(told.response_body).unwrap();
+    assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    settled(&s.router).await;
+
+    // Not an inference request: a ready replica, in turn, and no body to hold.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..3 {
+        let call = Call {
+            method: "GET",
+            path: "/v1/models",
+            body: Vec::new(),
+            chunks: 1,
+            subset: None,
+            mode: BodySendMode::FullDuplexStreamed,
+            headers: Vec::new(),
+        };
+        let told = through(&mut gateway, &call).await.unwrap();
+        let d = told.destination.expect("an endpoint for /v1/models");
+        name_of(&addrs, &d);
+        assert_eq!(told.upstream_status, Some(200));
+        seen.insert(d);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_fail_closed_or_open() {
+    let mut sim = sim(&["--replicas", "2"]).await;
+    let addrs = sim.addrs();
+    let limits = "limits:\n  max_body_bytes: 4096\n";
+    let closed = router(&config_yaml("tiny", &addrs, &format!("{PICKER}{limits}"))).await;
+    let open = router(&config_yaml(
+        "tiny",
+        &addrs,
+        &format!("{PICKER}  failure_mode: open\n{limits}"),
+    ))
+    .await;
+    wait_ready(closed.admin_addr).await;
+    wait_ready(open.admin_addr).await;
+    let mut gateway = client(&closed).await;
+
+    let unknown = serde_json::json!({"model": "nope", "prompt": "hi"}).to_string();
+    let too_large = completion(&text(3, 5000), 1);
+    let cases = [
+        (unknown.clone(), None, 404, "model_not_found"),
+        ("{\"model\": ".to_owned(), None, 400, "invalid_json"),
+        (too_large.clone(), None, 413, "body_too_large"),
+        (
+            completion("hello", 1),
+            Some(vec!["192.0.2.1:1".to_owned()]),
+            503,
+            "no_ready_replica",
+        ),
+    ];
+    for (body, subset, status, code) in cases {
+        let mut call = Call::post("/v1/completions", body);
+        call.subset = subset;
+        let told = through(&mut gateway, &call).await.unwrap();
+        let (got, headers, json) = told.immediate.expect("a local reply");
+        assert_eq!(got, status, "{json}");
+        assert_eq!(json["error"]["code"], code, "{json}");
+        assert!(json["error"]["message"].is_string(), "{json}");
+        assert_eq!(
+            headers.get("content-type").map(String::as_str),
+            Some("application/json")
+        );
+        assert!(told.destination.is_none());
+    }
+    // Counted as the proxy counts its refusals.
+    let m = router_metrics(closed.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_requests_total",
+            &[("model", "(unknown)"), ("status", "404")]
+        ),
+        1.0,
+        "{m}"
+    );
+
+    // Fail open: no destination (a client's own is removed), the body handed back whole.
+    let mut gateway = client(&open).await;
+    for body in [unknown, too_large] {
+        let told = through(&mut gateway, &Call::post("/v1/completions", body.clone()))
+            .await
+            .unwrap();
+        assert!(told.immediate.is_none());
+        assert_eq!(told.destination, None);
+        assert_eq!(told.metadata, None);
+        assert!(told
+            .removed
+            .contains(&"x-gateway-destination-endpoint".to_owned()));
+        assert_eq!(told.body, body.as_bytes());
+    }
+    // And a good request is still picked.
+    let told = through(
+        &mut gateway,
+        &Call::post("/v1/completions", completion("hello", 1)),
+    )
+    .await
+    .unwrap();
+    assert!(told.destination.is_some());
+
+    closed.shutdown().await;
+    open.shutdown().await;
+    sim.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_keeps_serving_through_broken_streams() {
+    let s = Setup::new(
+        &["--replicas", "2"],
+        &format!("{PICKER}timeouts:\n  client_ms: 1000\n"),
+    )
+    .await;
+    let mut gateway = client(&s.router).await;
+    let body = completion(&text(11, 3000), 2);
+
+    // A Gateway that drops its stream mid-body, and one that drops it after the pick (the
+    // request counted in flight until then).
+    let (tx, inbound) = open(&mut gateway).await.unwrap();
+    tx.send(headers_message(&Call::post(
+        "/v1/completions",
+        body.clone(),
+    )))
+    .await
+    .unwrap();
+    tx.send(body_message(false, &body.as_bytes()[..100], false))
+        .await
+        .unwrap();
+    drop((tx, inbound));
+    let (tx, mut inbound) = open(&mut gateway).await.unwrap();
+    tx.send(headers_message(&Call::post(
+        "/v1/completions",
+        body.clone(),
+    )))
+    .await
+    .unwrap();
+    tx.send(body_message(false, body.as_bytes(), true))
+        .await
+        .unwrap();
+    assert!(next(&mut inbound).await.unwrap().is_some(), "picked");
+    let inflight = || -> u32 {
+        s.router
+            .table()
+            .candidates("tiny")
+            .unwrap()
+            .iter()
+            .map(|c| c.replica.inflight_requests())
+            .sum()
+    };
+    assert_eq!(
+        inflight(),
+        1,
+        "a picked request is in flight while its stream is open"
+    );
+    drop((tx, inbound));
+    settled(&s.router).await;
+
+    // Messages out of order: a clear status, and the server goes on.
+    let (tx, mut inbound) = open(&mut gateway).await.unwrap();
+    tx.send(body_message(false, b"{}", true)).await.unwrap();
+    let status = next(&mut inbound).await.expect_err("a protocol error");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    // A mode the picker cannot route with.
+    let mut call = Call::post("/v1/completions", body.clone());
+    call.mode = BodySendMode::Streamed;
+    let (tx2, mut inbound2) = open(&mut gateway).await.unwrap();
+    tx2.send(headers_message(&call)).await.unwrap();
+    let status = next(&mut inbound2).await.expect_err("refused");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    drop((tx, tx2));
+
+    // A body that never comes: the proxy's 408 once `timeouts.client_ms` has passed.
+    let (tx, mut inbound) = open(&mut gateway).await.unwrap();
+    tx.send(headers_message(&Call::post(
+        "/v1/completions",
+        body.clone(),
+    )))
+    .await
+    .unwrap();
+    match next(&mut inbound).await.unwrap().and_then(|m| m.response) {
+        Some(processing_response::Response::ImmediateResponse(r)) => {
+            assert_eq!(r.status.unwrap().code, 408);
+        }
+        other => panic!("a 408, not {other:?}"),
+    }
+    drop(tx);
+
+    // Still serving, on the same connection and on a new one.
+    let told = through(&mut gateway, &Call::post("/v1/completions", body.clone()))
+        .await
+        .unwrap();
+    assert_eq!(told.upstream_status, Some(200));
+    let mut fresh = client(&s.router).await;
+    let again = through(&mut fresh, &Call::post("/v1/completions", body))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.destination, told.destination,
+        "and the prefix is still there"
+    );
+    settled(&s.router).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_limit_are_refused() {
+    let s = Setup::new(&["--replicas", "1"], &format!("{PICKER}  max_streams: 1\n")).await;
+    let mut gateway = client(&s.router).await;
+    let (tx, _inbound) = open(&mut gateway).await.unwrap();
+    // Over another connection (on one, HTTP/2's own stream limit would queue it).
+    let mut second = client(&s.router).await;
+    let refused = match open(&mut second).await {
+        Err(status) => status,
+        Ok((_, mut inbound)) => next(&mut inbound).await.expect_err("refused"),
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    drop(tx);
+    drop(_inbound);
+    // The slot comes back when the stream has gone.
+    let mut told = None;
+    for _ in 0..50 {
+        match through(
+            &mut gateway,
+            &Call::post("/v1/completions", completion("hi", 1)),
+        )
+        .await
+        {
+            Ok(t) => {
+                told = Some(t);
+                break;
+            }
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    assert!(told.expect("served again").destination.is_some());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_and_flow_control_apply_as_in_the_proxy() {
+    // Fail open, yet flow control's refusal is answered: it is a verdict, not a failure.
+    let s = Setup::new(
+        &["--timing", "zero"],
+        &format!(
+            "{PICKER}  failure_mode: open\ntenants:\n  policies:\n    - name: capped\n      limits: {{ requests_per_second: 0.5, burst: 1 }}\n    - name: acme\n      api_keys: [sk-acme-0001]\n"
+        ),
+    )
+    .await;
+    let mut gateway = client(&s.router).await;
+    // The Gateway is a trusted peer (loopback by default): its tenant header counts.
+    let capped =
+        || Call::post("/v1/completions", completion("hi", 2)).with("x-warmpath-tenant", "capped");
+    let first = through(&mut gateway, &capped()).await.unwrap();
+    assert!(first.destination.is_some());
+    let refused = through(&mut gateway, &capped()).await.unwrap();
+    let (status, headers, json) = refused.immediate.expect("a local reply");
+    assert_eq!(status, 429, "{json}");
+    assert_eq!(json["error"]["type"], "rate_limit_error", "{json}");
+    assert_eq!(
+        headers.get("x-warmpath-dropped-reason").map(String::as_str),
+        Some("rate-limited")
+    );
+    assert_eq!(headers.get("retry-after").map(String::as_str), Some("2"));
+    // A client's API key names its tenant and stays with the router.
+    let keyed = Call::post("/v1/completions", completion("hi", 2))
+        .with("authorization", "Bearer sk-acme-0001");
+    let told = through(&mut gateway, &keyed).await.unwrap();
+    assert!(told.destination.is_some());
+    assert!(
+        told.removed.contains(&"authorization".to_owned()),
+        "{:?}",
+        told.removed
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_refused_total",
+            &[("tenant", "capped"), ("reason", "rate-limited")]
+        ),
+        1.0,
+        "{m}"
+    );
+    s.stop().await;
+}
