@@ -96,33 +96,61 @@ pub struct Config {
     pub endpoint_picker: EndpointPickerConfig,
 }
 
-/// The settings a running router does not change (its listeners, their TLS and auth, how it
-/// leaves, its session key): a reload that changes them is applied otherwise, with a warning.
+/// The settings a running router reads only at start (its listeners, their TLS and auth, how it
+/// leaves, its session key, the bounds its long-lived structures were built with): a reload
+/// that changes them is applied otherwise, with a warning naming them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StartOnly {
-    listen: SocketAddr,
-    admin: SocketAddr,
-    tls: Option<TlsConfig>,
-    admin_token_file: Option<std::path::PathBuf>,
-    shutdown: ShutdownConfig,
-    session_key_file: Option<std::path::PathBuf>,
-    endpoint_picker: (Option<SocketAddr>, usize),
+pub struct StartOnly(Vec<(&'static str, String)>);
+
+impl StartOnly {
+    /// The settings that differ between `self` (what the router started with) and `now`.
+    pub fn changed(&self, now: &StartOnly) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .zip(&now.0)
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|(a, _)| a.0)
+            .collect()
+    }
 }
 
 impl Config {
     pub fn start_only(&self) -> StartOnly {
-        StartOnly {
-            listen: self.listen,
-            admin: self.admin,
-            tls: self.tls.clone(),
-            admin_token_file: self.admin_token_file.clone(),
-            shutdown: self.shutdown,
-            session_key_file: self.sessions.key_file.clone(),
-            endpoint_picker: (
-                self.endpoint_picker.listen,
-                self.endpoint_picker.max_streams,
+        let v = |name: &'static str, value: &dyn std::fmt::Debug| (name, format!("{value:?}"));
+        let (l, t, i, s) = (&self.limits, &self.timeouts, &self.index, &self.sessions);
+        StartOnly(vec![
+            v("listen", &self.listen),
+            v("admin", &self.admin),
+            v("tls", &self.tls),
+            v("admin_token_file", &self.admin_token_file),
+            v("shutdown", &self.shutdown),
+            v("sessions.key_file", &s.key_file),
+            v("sessions.max_sessions", &s.max_sessions),
+            v("sessions.idle_ttl_s", &s.idle_ttl_s),
+            v("limits.max_connections", &l.max_connections),
+            v("limits.max_buffered_body_bytes", &l.max_buffered_body_bytes),
+            // The connection guards' (request heads, first bytes, TLS handshakes); body reads
+            // take the reloaded value.
+            v("timeouts.client_ms (connection guards)", &t.client_ms),
+            v("timeouts.write_stall_ms", &t.write_stall_ms),
+            v(
+                "index.precise_max_blocks_per_replica",
+                &i.precise_max_blocks_per_replica,
             ),
-        }
+            v(
+                "index.precise_max_blocks_total",
+                &i.precise_max_blocks_total,
+            ),
+            v("index.pending_max_blocks", &i.pending_max_blocks),
+            v("index.pending_ttl_ms", &i.pending_ttl_ms),
+            v("index.pending_grace_ms", &i.pending_grace_ms),
+            v("flow.limiters.max_tenants", &self.flow.limiters.max_tenants),
+            v("endpoint_picker.listen", &self.endpoint_picker.listen),
+            v(
+                "endpoint_picker.max_streams",
+                &self.endpoint_picker.max_streams,
+            ),
+        ])
     }
 }
 

@@ -433,3 +433,25 @@ fn a_pool_may_have_its_own_weights_checked_by_the_core() {
     let bad = format!("{base}    weights: {{ prefix: -1 }}\n");
     assert_eq!(err(&bad).field, "pools[0].weights.prefix");
 }
+
+/// A reload names exactly the settings it cannot apply; settings it applies are not named.
+#[test]
+fn start_only_settings_changed_are_named() {
+    let base = "pools:\n  - name: p\n    models: [m]\n    replicas: [{name: a, url: 'http://127.0.0.1:1'}]\n";
+    let started = Config::parse(base).unwrap().start_only();
+    let applied = Config::parse(&format!(
+        "{base}scheduling: {{ weights: {{ prefix: 1 }} }}\n"
+    ))
+    .unwrap()
+    .start_only();
+    assert!(started.changed(&applied).is_empty());
+    let restart = Config::parse(&format!(
+        "{base}limits: {{ max_connections: 7 }}\nsessions: {{ max_sessions: 9 }}\n"
+    ))
+    .unwrap()
+    .start_only();
+    assert_eq!(
+        started.changed(&restart),
+        ["sessions.max_sessions", "limits.max_connections"]
+    );
+}

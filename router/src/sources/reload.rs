@@ -51,9 +51,11 @@ pub async fn watch(
             .and_then(Config::parse);
         match parsed {
             Ok(config) => {
-                if config.start_only() != bound {
+                let changed = bound.changed(&config.start_only());
+                if !changed.is_empty() {
                     tracing::warn!(
-                        "`listen`, `admin`, `tls`, `admin_token_file`, `shutdown` and `sessions.key_file` changes take effect on restart; other changes applied"
+                        settings = changed.join(", "),
+                        "these settings are read at start: their changes take effect on restart; other changes applied"
                     );
                 }
                 if updates.send(Update::File(Box::new(config))).is_err() {
