@@ -7,6 +7,9 @@
 //! - [`v1::TenantPolicy`]: who a tenant is, its weight, priority, limits, and whether it may be
 //!   shed.
 //!
+//! - [`gie::InferencePool`]: reading types for the Gateway API Inference Extension's pools,
+//!   which the controller mirrors into warmpath pools (not a warmpath CRD).
+//!
 //! Each API version lives in its own module. `v1` is stored; `v1alpha1` is still served
 //! (deprecated) from the same CRDs, merged with [`kube::core::crd::merge_crds`], and the API
 //! server converts between them by rewriting `apiVersion` only (`api/CHANGES-v1.md` says why
@@ -16,6 +19,7 @@
 
 pub mod conditions;
 pub mod crds;
+pub mod gie;
 pub mod v1;
 pub mod v1alpha1;
 

@@ -13,6 +13,7 @@ pub mod config;
 pub mod context;
 pub mod desired;
 pub mod error;
+pub mod gie;
 pub mod lease;
 pub mod metrics;
 pub mod naming;

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::context::{error_policy, Ctx};
 use crate::desired::selector_matches;
 use crate::error::Error;
+use crate::gie::{self, GieCtx};
 use crate::lease::{Elector, Leadership};
 use crate::metrics::Metrics;
 use crate::naming::replica_name;
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::watch;
+use warmpath_api::gie::InferencePool as GiePool;
 use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 
 fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
@@ -137,6 +139,7 @@ async fn run_scope(
     secrets: BTreeMap<String, Store<Secret>>,
     secret_streams: Vec<futures_util::stream::BoxStream<'static, Result<Secret, watcher::Error>>>,
     ready: tokio::sync::mpsc::Sender<()>,
+    gie_pools: bool,
 ) {
     let ns = ns.as_deref();
     let wc = watcher::Config::default().any_semantic();
@@ -241,8 +244,18 @@ async fn run_scope(
         }
     };
 
+    let gie_ctls = {
+        let (client, wc, ctx, leader) = (client.clone(), wc.clone(), ctx.clone(), leader.clone());
+        async move {
+            if gie_pools {
+                run_gie(client, ns, wc, ctx, leader).await;
+            }
+        }
+    };
+
     tokio::join!(
         stores_ready,
+        gie_ctls,
         pool_ctl
             .run(pools::reconcile, error_policy, ctx.clone())
             .for_each(|r| log_result("pool", r)),
@@ -252,6 +265,47 @@ async fn run_scope(
         tenant_ctl
             .run(tenants::reconcile, error_policy, ctx)
             .for_each(|r| log_result("tenant", r)),
+    );
+}
+
+/// The two GIE reconcilers of one scope (see [`gie`]): GIE pools to warmpath pools, and the
+/// removal of warmpath pools whose GIE pool is gone.
+async fn run_gie(
+    client: Client,
+    ns: Option<&str>,
+    wc: watcher::Config,
+    ctx: Arc<Ctx>,
+    leader: Leadership,
+) {
+    let gctx = Arc::new(GieCtx::new(ctx));
+    // Every warmpath pool (not only mirrored ones) leads to the GIE pool of its name: a
+    // hand-written pool that blocked the name and is deleted lets the GIE pool be mirrored.
+    let gie_ctl = Controller::new(api::<GiePool>(&client, ns), wc.clone())
+        .watches(
+            api::<InferencePool>(&client, ns),
+            wc.clone(),
+            |p: InferencePool| {
+                p.namespace()
+                    .map(|ns| ObjectRef::<GiePool>::new(&p.name_any()).within(&ns))
+            },
+        )
+        .reconcile_all_on(on_becoming_leader(leader.subscribe()));
+    let managed_ctl = Controller::new(
+        api::<InferencePool>(&client, ns),
+        wc.clone().labels(gie::MANAGED_SELECTOR),
+    )
+    .watches(api::<GiePool>(&client, ns), wc, |g: GiePool| {
+        g.namespace()
+            .map(|ns| ObjectRef::<InferencePool>::new(&g.name_any()).within(&ns))
+    })
+    .reconcile_all_on(on_becoming_leader(leader.subscribe()));
+    tokio::join!(
+        gie_ctl
+            .run(gie::reconcile, gie::error_policy, gctx.clone())
+            .for_each(|r| log_result("gie", r)),
+        managed_ctl
+            .run(gie::reconcile_managed, gie::error_policy, gctx)
+            .for_each(|r| log_result("gie-managed", r)),
     );
 }
 
@@ -334,6 +388,25 @@ pub async fn run(
         secret_streams.insert(ns.clone(), stream);
     }
 
+    // GIE's CRD is optional: its pools are watched only when the API server serves them now
+    // (a CRD installed later is picked up at the next restart).
+    let gie_pools = match gie::served(&client).await {
+        Ok(true) => {
+            tracing::info!(
+                "mirroring GIE InferencePools (inference.networking.k8s.io/v1) into warmpath pools"
+            );
+            true
+        }
+        Ok(false) => {
+            tracing::info!("GIE InferencePools (inference.networking.k8s.io/v1) are not served: not watched (restart the controller after installing GIE's CRDs)");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "API discovery of GIE InferencePools failed: not watched (restart the controller to retry)");
+            false
+        }
+    };
+
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(scopes.len());
     let mut tasks = tokio::task::JoinSet::new();
     for scope in scopes.iter().cloned() {
@@ -359,6 +432,7 @@ pub async fn run(
             stores,
             streams,
             ready_tx.clone(),
+            gie_pools,
         ));
     }
     drop(ready_tx);

@@ -418,20 +418,40 @@ async fn service_account_tokens_get_least_privilege() {
             .await,
     );
 
-    forbidden(
+    // Pools: written only to mirror GIE InferencePools (dry runs: RBAC is checked all the same).
+    allowed(
         "controller deletes pools",
         pools(&ctl, n)
-            .delete("llama", &DeleteParams::default())
+            .delete("llama", &DeleteParams::default().dry_run())
             .await,
     );
-    forbidden(
+    allowed(
         "controller creates pools",
         pools(&ctl, n)
             .create(
-                &PostParams::default(),
-                &warmpath_object("InferencePool", "x", json!({})),
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &warmpath_object(
+                    "InferencePool",
+                    "x",
+                    json!({"models": ["m"], "selector": {"app": "x"}, "targetPort": 8000}),
+                ),
             )
             .await,
+    );
+    allowed(
+        "controller lists GIE pools",
+        Api::<::warmpath_api::gie::InferencePool>::namespaced(ctl.clone(), n)
+            .list(&lp)
+            .await
+            .map(|_| ())
+            .or_else(|e| match e {
+                // GIE's CRD is not installed by this test: 404 means RBAC let it through.
+                kube::Error::Api(s) if s.code == 404 => Ok(()),
+                e => Err(e),
+            }),
     );
     forbidden(
         "controller edits tenant policies",

@@ -226,3 +226,49 @@ pub async fn try_get(addr: SocketAddr, path: &str) -> Result<(u16, String), Stri
     let r = warmpath_testkit::send(addr, "GET", path, &[], "", Duration::from_secs(5)).await?;
     Ok((r.status, r.body))
 }
+
+/// The Gateway API Inference Extension's InferencePool CRD (`e2e/fixtures/gie/`, taken from
+/// GIE's Go module), installed once it is served: applied, Established, and listed by API
+/// discovery (the controller decides at start whether to watch GIE pools from discovery).
+pub async fn apply_gie_crd(cluster: &warmpath_e2e::TestCluster, client: &kube::Client) {
+    let file = warmpath_e2e::repo_root()
+        .join("e2e/fixtures/gie/inference.networking.k8s.io_inferencepools.yaml");
+    warmpath_e2e::run(
+        cluster
+            .kubectl()
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager=warmpath-e2e",
+                "-f",
+            ])
+            .arg(&file),
+        None,
+    )
+    .expect("apply the GIE CRD");
+    warmpath_e2e::run(
+        cluster.kubectl().args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/inferencepools.inference.networking.k8s.io",
+        ]),
+        None,
+    )
+    .expect("the GIE CRD established");
+    let start = Instant::now();
+    loop {
+        let served = client
+            .list_api_group_resources("inference.networking.k8s.io/v1")
+            .await
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "inferencepools"));
+        if served {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "GIE inferencepools not in API discovery after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

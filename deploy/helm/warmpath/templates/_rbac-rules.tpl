@@ -21,11 +21,16 @@ ClusterRole and the per-namespace Roles cannot drift.
 
 {{- define "warmpath.controller.rules" -}}
 - apiGroups: [warmpath.dev]
-  resources: [inferencepools, tenantpolicies]
+  resources: [tenantpolicies]
   verbs: [get, list, watch]
+# InferencePools: written only for GIE pools it mirrors (labelled warmpath.dev/source=gie).
 - apiGroups: [warmpath.dev]
-  resources: [inferencereplicas]
+  resources: [inferencepools, inferencereplicas]
   verbs: [get, list, watch, create, update, patch, delete]
+# Gateway API Inference Extension pools, read to mirror them (unused when GIE's CRD is absent).
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, list, watch]
 - apiGroups: [warmpath.dev]
   resources: [inferencepools/status, inferencereplicas/status, tenantpolicies/status]
   verbs: [get, update, patch]
