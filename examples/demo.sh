@@ -41,6 +41,14 @@ Try:
 
   curl -s http://127.0.0.1:9090/metrics | grep ^warmpath_
 
+  # why that replica: every candidate's scores (the demo's config allows the header)
+  curl -s -D - -o /dev/null http://127.0.0.1:8080/v1/completions -H 'content-type: application/json' \
+    -H 'x-warmpath-explain: 1' -d '{"model":"tiny","prompt":"Once upon a time","max_tokens":4}' \
+    | grep -i ^x-warmpath
+
+Open http://127.0.0.1:9090/ in a browser for the live status page (replicas, indexes,
+tenants, recent decisions with their scores).
+
 The x-warmpath-replica response header names the replica that answered. Edit
 examples/static.yaml (e.g. scheduling.policy) and the router reloads it. Ctrl-C stops everything.
 MSG
