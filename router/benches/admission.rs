@@ -37,6 +37,7 @@ fn admit_and_end(admission: &dyn Admission, table: &Arc<Table>, headers: &Header
     let request = AdmissionRequest {
         tenant: &identity.tenant,
         model: "m",
+        objective: None,
         prompt_tokens: 1000,
         max_tokens: Some(100),
         body_bytes: 4000,

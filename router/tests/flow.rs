@@ -338,3 +338,93 @@ async fn a_queued_request_whose_client_leaves_leaves_the_queue() {
     assert_eq!(as_tenant(addr, "a", 2).await.status, 200);
     s.stop().await;
 }
+
+async fn with_objective(addr: SocketAddr, tenant: &str, objective: &str) -> Reply {
+    send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[
+            ("x-warmpath-tenant", tenant),
+            ("x-llm-d-inference-objective", objective),
+        ],
+        completion(&text(40, 200), 40),
+    )
+    .await
+    .expect("answer")
+}
+
+#[tokio::test]
+async fn a_high_priority_objective_goes_before_earlier_low_ones_of_the_same_tenant() {
+    let yaml = flow_yaml(
+        "objectives:\n  - { name: chat, priority: 10, models: [tiny] }\n  - { name: offline, priority: -1, models: [other-model] }\n  - { name: later, priority: 0 }\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    let addr = s.router.addr;
+    // One tenant throughout: only the objective differs. The first request holds the one slot;
+    // `later` ones queue in band 0; `chat` arrives last, in band 10.
+    let sends = [
+        "later", "later", "later", "later", "chat", "offline", "nonesuch",
+    ];
+    let mut tasks = Vec::new();
+    for (i, objective) in sends.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
+            let r = with_objective(addr, "a", objective).await;
+            (format!("{objective}{i}"), r, Instant::now())
+        }));
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    done.sort_by_key(|(_, _, at)| *at);
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (_, r, _) in &done {
+        assert_eq!(r.status, 200, "{order:?}: {}", r.body);
+    }
+    let chat = order.iter().position(|n| *n == "chat4").unwrap();
+    assert!(
+        chat <= 1,
+        "the high-priority objective waited behind earlier low ones: {order:?}"
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_objective_requests_total",
+            &[("objective", "chat"), ("priority", "10")]
+        ),
+        1.0,
+        "{m}"
+    );
+    // `offline` is given for another model only, and `nonesuch` for none: both unknown here,
+    // so they keep the tenant's priority (0) and are queued, not shed.
+    assert_eq!(
+        metric(&m, "warmpath_flow_unknown_objective_requests_total", &[]),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_flow_dispatched_total", &[("tenant", "a")]),
+        7.0,
+        "the tenant is still the tenant: {m}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_negative_objective_is_shed_when_saturated() {
+    let yaml = flow_yaml("objectives:\n  - { name: offline, priority: -1 }\n");
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    let addr = s.router.addr;
+    let first = tokio::spawn(async move { as_tenant(addr, "a", 40).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let shed = with_objective(addr, "a", "offline").await;
+    dropped(&shed, "saturated", "rejected-saturated");
+    assert!(shed.body.contains("priority -1"), "{}", shed.body);
+    assert_eq!(first.await.unwrap().status, 200);
+    // Not saturated: it goes straight on.
+    assert_eq!(with_objective(addr, "a", "offline").await.status, 200);
+    s.stop().await;
+}

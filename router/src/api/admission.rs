@@ -25,6 +25,8 @@ use tower::{Layer, Service};
 pub struct AdmissionRequest<'a> {
     pub tenant: &'a Arc<Tenant>,
     pub model: &'a str,
+    /// The objective the request names (`x-llm-d-inference-objective`), known or not.
+    pub objective: Option<&'a str>,
     pub prompt_tokens: u32,
     pub max_tokens: Option<u32>,
     /// The request body's size (what a queued request holds in memory).
@@ -157,9 +159,11 @@ where
         }
         let tenant = identity.tenant;
         let f = &parsed.features;
+        let objective = crate::tenants::named_objective(&parsed.read.head.headers);
         let admit = self.admission.admit(&AdmissionRequest {
             tenant: &tenant,
             model: &f.model,
+            objective,
             prompt_tokens: warmpath_routing::prompt::estimate_tokens(f.prompt.total_bytes),
             max_tokens: f.max_tokens,
             body_bytes: parsed.read.body.len(),

@@ -14,6 +14,7 @@ mod endpoint_picker;
 mod explain;
 mod kv_events;
 mod locate;
+mod objectives;
 mod sessions;
 mod tenants;
 
@@ -31,6 +32,7 @@ pub use endpoint_picker::{EndpointPickerConfig, FailureMode};
 pub use explain::{ExplainConfig, MAX_RECENT};
 pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
+pub use objectives::{ObjectiveConfig, MAX_OBJECTIVES};
 pub use sessions::SessionsConfig;
 pub use tenants::{
     is_token, Fairness, FlowConfig, SaturationConfig, TenantPolicyConfig, TenantsConfig,
@@ -82,6 +84,10 @@ pub struct Config {
     /// Who requests belong to (API keys, trusted tenant headers) and each tenant's settings.
     #[serde(default)]
     pub tenants: TenantsConfig,
+    /// Request objectives (llm-d's InferenceObjectives): a request naming one in
+    /// `x-llm-d-inference-objective` is queued in its priority band.
+    #[serde(default)]
+    pub objectives: Vec<ObjectiveConfig>,
     /// Per-tenant queueing when a pool is saturated.
     #[serde(default)]
     pub flow: FlowConfig,
@@ -791,6 +797,7 @@ impl Config {
             ));
         }
         self.tenants.validate(root.key("tenants"))?;
+        objectives::validate(&self.objectives, root.key("objectives"))?;
         self.sessions.validate(root.key("sessions"))?;
         self.explain.validate(root.key("explain"))?;
         self.endpoint_picker.validate(

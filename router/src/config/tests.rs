@@ -455,3 +455,37 @@ fn start_only_settings_changed_are_named() {
         ["sessions.max_sessions", "limits.max_connections"]
     );
 }
+
+#[test]
+fn objectives_are_checked() {
+    let c = Config::parse(include_str!("../../../examples/static.yaml")).unwrap();
+    assert_eq!(c.objectives.len(), 2);
+    assert_eq!(
+        (c.objectives[0].name.as_str(), c.objectives[0].priority),
+        ("chat", 10)
+    );
+    let ok = Config::parse(
+        "pools: []\nobjectives:\n  - { name: a, priority: 3, models: [m] }\n  - { name: a, models: [n] }\n  - { name: a, priority: -5 }\n",
+    )
+    .unwrap();
+    assert_eq!(ok.objectives[1].priority, 0, "llm-d's default priority");
+    let e = err("pools: []\nobjectives:\n  - { name: a, priority: 1001 }\n");
+    assert_eq!(e.field, "objectives[0].priority");
+    assert_eq!(e.line, Some(3));
+    let e = err("pools: []\nobjectives:\n  - { name: 'a b' }\n");
+    assert_eq!(e.field, "objectives[0].name");
+    let e = err("pools: []\nobjectives:\n  - { name: a }\n  - { name: a }\n");
+    assert_eq!(e.field, "objectives[1].name");
+    assert!(e.message.contains("every model"), "{}", e.message);
+    let e = err(
+        "pools: []\nobjectives:\n  - { name: a, models: [m] }\n  - { name: a, models: [n, m] }\n",
+    );
+    assert_eq!(e.field, "objectives[1].models[1]");
+    let many: String = (0..=MAX_OBJECTIVES)
+        .map(|i| format!("  - {{ name: o{i} }}\n"))
+        .collect();
+    assert_eq!(
+        err(&format!("pools: []\nobjectives:\n{many}")).field,
+        "objectives"
+    );
+}

@@ -65,6 +65,8 @@ pub struct Parsed {
     pub table: Arc<Table>,
     pub features: RequestFeatures,
     pub tenant: Arc<Tenant>,
+    /// The objective the request names (`x-llm-d-inference-objective`), known or not.
+    pub objective: Option<String>,
     pub body_bytes: usize,
 }
 
@@ -143,6 +145,7 @@ impl Core {
             table,
             features,
             tenant: identity.tenant,
+            objective: crate::tenants::named_objective(&head.headers).map(str::to_owned),
             body_bytes: body.len(),
         })
     }
@@ -153,6 +156,7 @@ impl Core {
         self.parts.admission.admit(&AdmissionRequest {
             tenant: &parsed.tenant,
             model: &f.model,
+            objective: parsed.objective.as_deref(),
             prompt_tokens: warmpath_routing::prompt::estimate_tokens(f.prompt.total_bytes),
             max_tokens: f.max_tokens,
             body_bytes: parsed.body_bytes,

@@ -33,10 +33,10 @@ mod tests;
 use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit};
 use crate::config::{Fairness, SaturationConfig};
 use crate::errors::ApiError;
-use crate::metrics::{DispatchLabels, Metrics, RefusalLabels, TenantLabels};
+use crate::metrics::{DispatchLabels, Metrics, ObjectiveLabels, RefusalLabels, TenantLabels};
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
-use crate::tenants::Tenant;
+use crate::tenants::{Objective, Tenant};
 use parking_lot::Mutex;
 use saturation::Admitted;
 use std::collections::HashMap;
@@ -339,6 +339,36 @@ impl FlowControl {
     }
 }
 
+impl FlowControl {
+    /// The known objective `r` names for its model, counted; an unknown one is counted and
+    /// logged, and the request keeps its tenant's band.
+    fn objective<'t>(&self, r: &AdmissionRequest<'t>) -> Option<&'t Objective> {
+        let name = r.objective?;
+        let metrics = &self.shared.metrics.flow;
+        match r.table.objectives.get(name, r.model) {
+            Some(o) => {
+                metrics
+                    .objectives
+                    .get_or_create(&ObjectiveLabels {
+                        objective: o.name.to_string(),
+                        priority: o.priority,
+                    })
+                    .inc();
+                Some(o)
+            }
+            None => {
+                metrics.unknown_objectives.inc();
+                tracing::debug!(
+                    objective = name,
+                    model = r.model,
+                    "no such objective for this model; the tenant's priority applies"
+                );
+                None
+            }
+        }
+    }
+}
+
 impl Admission for FlowControl {
     fn admit(&self, r: &AdmissionRequest<'_>) -> Admit {
         let config = &r.table.config;
@@ -354,6 +384,7 @@ impl Admission for FlowControl {
         let tokens = prompt_tokens + expected_output;
         let metrics = &self.shared.metrics.flow;
         let label = metrics.label(&tenant.name, flow.metric_tenants);
+        let (priority, sheddable) = tenant.band(self.objective(r));
 
         let mut st = self.shared.state.lock();
         let State { limiters, models } = &mut *st;
@@ -423,14 +454,14 @@ impl Admission for FlowControl {
                 .inc();
             return Admit::Now(self.grant(model, seed, None));
         }
-        if tenant.sheddable {
+        if sheddable {
             limiters.release(seed.limit, None);
             drop(st);
             self.refused(&seed.label, Reason::Saturated.as_str());
             return Admit::Reject(ApiError::dropped(
                 Reason::Saturated,
                 format!(
-                    "The pool serving `{}` is saturated and tenant `{}` is sheddable.",
+                    "The pool serving `{}` is saturated and the request is sheddable (tenant `{}`, priority {priority}).",
                     r.model, tenant.name
                 ),
                 1,
@@ -451,7 +482,7 @@ impl Admission for FlowControl {
         let tenant_label = seed.label.clone();
         let arrival = Arrival {
             weight: tenant.weight,
-            priority: tenant.priority,
+            priority,
             cost,
             bytes: r.body_bytes as u64,
             max_queued: tenant.max_queued,

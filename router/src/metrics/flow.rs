@@ -3,7 +3,9 @@
 //!
 //! Tenant names come from clients (trusted headers name any tenant), so the label is bounded:
 //! the first `flow.metric_tenants` tenants seen get their own series, every later one is
-//! counted as `other`. Reasons and paths are fixed sets.
+//! counted as `other`. Reasons and paths are fixed sets. Objectives are labelled only when known
+//! (configured or found in the cluster, a bounded set); requests naming an unknown one are
+//! counted in one series.
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -37,6 +39,13 @@ pub struct RefusalLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectiveLabels {
+    pub objective: String,
+    /// The priority band it gave the request.
+    pub priority: i32,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn wait_histogram() -> Histogram {
@@ -52,6 +61,8 @@ pub struct FlowMetrics {
     pub tokens_served: Family<TenantLabels, Counter>,
     pub queue_requests: Gauge,
     pub queue_bytes: Gauge,
+    pub objectives: Family<ObjectiveLabels, Counter>,
+    pub unknown_objectives: Counter,
     labels: Mutex<HashSet<Arc<str>>>,
 }
 
@@ -65,6 +76,8 @@ impl FlowMetrics {
             tokens_served: Family::default(),
             queue_requests: Gauge::default(),
             queue_bytes: Gauge::default(),
+            objectives: Family::default(),
+            unknown_objectives: Counter::default(),
             labels: Mutex::new(HashSet::new()),
         };
         registry.register(
@@ -101,6 +114,16 @@ impl FlowMetrics {
             "flow_queue_bytes",
             "Request bodies waiting in flow control's queues, in bytes",
             m.queue_bytes.clone(),
+        );
+        registry.register(
+            "flow_objective_requests",
+            "Requests naming a known objective, by objective and the priority band it gave them",
+            m.objectives.clone(),
+        );
+        registry.register(
+            "flow_unknown_objective_requests",
+            "Requests naming an objective no configuration or InferenceObjective has (they keep their tenant's priority)",
+            m.unknown_objectives.clone(),
         );
         m
     }

@@ -11,7 +11,9 @@ mod pd;
 mod route;
 mod sidecar;
 
-pub use flow::{DispatchLabels, FlowMetrics, RefusalLabels, TenantLabels, OTHER_TENANT};
+pub use flow::{
+    DispatchLabels, FlowMetrics, ObjectiveLabels, RefusalLabels, TenantLabels, OTHER_TENANT,
+};
 pub use kubernetes::KubernetesMetrics;
 pub use labels::*;
 pub use pd::{PdDecisionLabels, PdFailureLabels, PdMetrics};

@@ -8,7 +8,7 @@ use super::replica::{ReplicaRegistry, ReplicaState};
 use super::tokens::PreciseModel;
 use crate::config::{Config, Role};
 use crate::metrics::{Metrics, RouteLabels, RouteMetrics};
-use crate::tenants::Directory;
+use crate::tenants::{Directory, Objectives};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +41,8 @@ pub struct Table {
     pub stale_after: Duration,
     /// Who requests belong to, under this table's configuration.
     pub tenants: Directory,
+    /// The objectives requests may name, under this table's configuration.
+    pub objectives: Objectives,
     /// Models routed from KV events: how to tokenize their requests.
     precise: HashMap<String, Arc<PreciseModel>>,
 }
@@ -128,6 +130,7 @@ impl Table {
             models_json,
             stale_after: Duration::from_millis(config.scrape.stale_after_ms),
             tenants: Directory::new(&config.tenants),
+            objectives: Objectives::new(&config.objectives),
             precise,
             config,
         }

@@ -14,8 +14,11 @@
 //! Keys are compared as whole strings in a hash map and never logged, put in metrics or
 //! echoed in errors.
 
+mod objectives;
 #[cfg(test)]
 mod tests;
+
+pub use objectives::{named_objective, Objective, Objectives, OBJECTIVE_HEADERS};
 
 use crate::config::{is_token, TenantPolicyConfig, TenantsConfig};
 use crate::errors::ApiError;
@@ -36,7 +39,11 @@ pub struct Tenant {
     pub name: Arc<str>,
     pub weight: u32,
     pub priority: i32,
+    /// Refused rather than queued when saturated, at the tenant's own priority (`sheddable:
+    /// true` or a negative priority).
     pub sheddable: bool,
+    /// `sheddable: true`: refused rather than queued whatever objective a request names.
+    pub always_sheddable: bool,
     pub max_queued: Option<usize>,
     pub limits: TenantLimitsConfig,
 }
@@ -48,8 +55,22 @@ impl Tenant {
             weight: p.weight.max(1),
             priority: p.priority,
             sheddable: p.is_sheddable(),
+            always_sheddable: p.sheddable,
             max_queued: p.max_queued_requests,
             limits: p.limits,
+        }
+    }
+}
+
+impl Tenant {
+    /// The priority band of this tenant's request naming `objective` (a known one), and whether
+    /// it is refused rather than queued when saturated: the objective's priority, sheddable when
+    /// negative (as a tenant's) or when the tenant is `sheddable: true`; without an objective,
+    /// the tenant's own.
+    pub fn band(&self, objective: Option<&Objective>) -> (i32, bool) {
+        match objective {
+            Some(o) => (o.priority, self.always_sheddable || o.priority < 0),
+            None => (self.priority, self.sheddable),
         }
     }
 }

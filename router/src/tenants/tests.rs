@@ -134,3 +134,28 @@ fn bearer_parsing() {
     assert_eq!(bearer("Bearer"), None);
     assert_eq!(bearer("Bearer "), None);
 }
+
+#[test]
+fn an_objective_sets_the_band_and_a_negative_one_sheds() {
+    let policy = |priority, sheddable| TenantPolicyConfig {
+        name: "t".to_owned(),
+        priority,
+        sheddable,
+        ..TenantPolicyConfig::default()
+    };
+    let o = |priority| Objective {
+        name: Arc::from("o"),
+        priority,
+    };
+    let plain = Tenant::from_policy(Arc::from("t"), &policy(3, false));
+    assert_eq!(plain.band(None), (3, false));
+    assert_eq!(plain.band(Some(&o(7))), (7, false));
+    assert_eq!(plain.band(Some(&o(-2))), (-2, true), "negative sheds");
+    // Sheddable by its negative priority only: an objective's priority replaces it.
+    let low = Tenant::from_policy(Arc::from("t"), &policy(-1, false));
+    assert_eq!(low.band(None), (-1, true));
+    assert_eq!(low.band(Some(&o(5))), (5, false));
+    // `sheddable: true` stays whatever the objective.
+    let shed = Tenant::from_policy(Arc::from("t"), &policy(0, true));
+    assert_eq!(shed.band(Some(&o(5))), (5, true));
+}
