@@ -159,7 +159,7 @@ where
         }
         let tenant = identity.tenant;
         let f = &parsed.features;
-        let objective = crate::tenants::named_objective(&parsed.read.head.headers);
+        let objective = (parsed.read.ctx.table.tenants).objective(&parsed.read.head.headers, peer);
         let admit = self.admission.admit(&AdmissionRequest {
             tenant: &tenant,
             model: &f.model,

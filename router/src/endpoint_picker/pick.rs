@@ -141,11 +141,15 @@ impl Core {
                 error,
                 model: features.model.clone(),
             })?;
+        let objective = table
+            .tenants
+            .objective(&head.headers, peer)
+            .map(str::to_owned);
         Ok(Parsed {
             table,
             features,
             tenant: identity.tenant,
-            objective: crate::tenants::named_objective(&head.headers).map(str::to_owned),
+            objective,
             body_bytes: body.len(),
         })
     }

@@ -162,6 +162,16 @@ impl Directory {
         peer.is_some_and(|ip| self.trusted.iter().any(|net| net.contains(&ip)))
     }
 
+    /// The objective a request from `peer` names, counted only from trusted peers (a gateway in
+    /// front, `tenants.trusted_sources`) as tenant headers are: an objective chooses a
+    /// priority band ahead of other tenants' work, which no client may choose for itself
+    /// (llm-d takes the header from anyone).
+    pub fn objective<'h>(&self, headers: &'h HeaderMap, peer: Option<IpAddr>) -> Option<&'h str> {
+        self.trusts(peer)
+            .then(|| named_objective(headers))
+            .flatten()
+    }
+
     /// The tenant of a request with these headers from `peer`, or 401.
     pub fn identify(
         &self,

@@ -20,8 +20,8 @@ pub const OBJECTIVE_HEADERS: [&str; 2] = [
     "x-gateway-inference-objective",
 ];
 
-/// The objective a request names in its headers, if any (any peer may name one, as with
-/// llm-d: an objective is a class of work, not an identity).
+/// The objective a request names in its headers, if any. Callers honour it only from trusted
+/// peers ([`crate::tenants::Directory::objective`]).
 pub fn named_objective(headers: &HeaderMap) -> Option<&str> {
     OBJECTIVE_HEADERS
         .iter()

@@ -55,6 +55,22 @@ fn a_known_key_names_its_tenant_from_anyone() {
     assert!(d.strips_authorization());
 }
 
+/// An objective picks a priority band ahead of other tenants' work: only a trusted gateway
+/// may name one, as only it may name a tenant.
+#[test]
+fn objectives_count_only_from_trusted_peers() {
+    let d = Directory::new(&config());
+    for name in [
+        "x-llm-d-inference-objective",
+        "x-gateway-inference-objective",
+    ] {
+        let h = headers(&[(name, "chat")]);
+        assert_eq!(d.objective(&h, TRUSTED), Some("chat"), "{name}");
+        assert_eq!(d.objective(&h, STRANGER), None, "{name}");
+        assert_eq!(d.objective(&h, None), None, "{name}");
+    }
+}
+
 #[test]
 fn tenant_headers_count_only_from_trusted_peers() {
     let d = Directory::new(&config());
