@@ -11,6 +11,7 @@ mod common;
 use common::*;
 use fantoccini::{ClientBuilder, Locator};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -34,8 +35,11 @@ impl Driver {
             .port();
         let profile =
             std::env::temp_dir().join(format!("warmpath-chromium-{}-{port}", std::process::id()));
+        // Its own process group: the browser it starts is in it too, so that a test that fails
+        // before closing its session still takes the browser down with the driver.
         let child = Command::new(driver)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -50,6 +54,9 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
