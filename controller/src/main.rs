@@ -29,6 +29,12 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")?;
-    run::run(config, client, run::shutdown_signal()).await?;
+    if let Err(e) = run::run(config, client, run::shutdown_signal()).await {
+        // Leadership lost (or a controller stopped): leave now. Returning would drop the
+        // runtime, which waits for any blocking task still running; a standby may take the
+        // lease the moment it expires, and this process must not still be acting then.
+        tracing::error!("{e}");
+        std::process::exit(1);
+    }
     Ok(())
 }
