@@ -9,6 +9,8 @@
 //!
 //! - [`gie::InferencePool`]: reading types for the Gateway API Inference Extension's pools,
 //!   which the controller mirrors into warmpath pools (not a warmpath CRD).
+//! - [`llmd::InferenceObjective`]: reading types for llm-d's objectives, whose priority the
+//!   router gives requests naming them (not a warmpath CRD).
 //!
 //! Each API version lives in its own module. `v1` is stored; `v1alpha1` is still served
 //! (deprecated) from the same CRDs, merged with [`kube::core::crd::merge_crds`], and the API
@@ -20,6 +22,7 @@
 pub mod conditions;
 pub mod crds;
 pub mod gie;
+pub mod llmd;
 pub mod v1;
 pub mod v1alpha1;
 

@@ -10,7 +10,7 @@
 use super::index::SharedIndex;
 use super::replica::{ReplicaRegistry, ReplicaState, Replicas};
 use super::table::Table;
-use crate::config::{Config, PoolConfig, TenantPolicyConfig, TenantsConfig};
+use crate::config::{Config, ObjectiveConfig, PoolConfig, TenantPolicyConfig, TenantsConfig};
 use crate::metrics::Metrics;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -213,6 +213,46 @@ pub struct SkippedTenant {
     pub conflict: Conflict,
 }
 
+/// Append the discovered objectives (each for some models) to the file's, the file winning:
+/// a discovered objective keeps only the models for which neither the file nor an earlier
+/// discovered one gives its name (a request's priority must not depend on the order things were
+/// read), and is left out when none remain; the names left out entirely are returned. Beyond
+/// [`crate::config::MAX_OBJECTIVES`] the rest are left out too.
+pub fn merge_objectives(
+    into: &mut Vec<ObjectiveConfig>,
+    discovered: &[ObjectiveConfig],
+) -> Vec<String> {
+    let mut every: HashSet<String> = HashSet::new();
+    let mut taken: HashSet<(String, String)> = HashSet::new();
+    for o in into.iter() {
+        if o.models.is_empty() {
+            every.insert(o.name.clone());
+        }
+        taken.extend(o.models.iter().map(|m| (o.name.clone(), m.clone())));
+    }
+    let mut skipped = Vec::new();
+    for o in discovered {
+        let models: Vec<String> = if every.contains(&o.name) {
+            Vec::new()
+        } else {
+            o.models
+                .iter()
+                .filter(|m| taken.insert((o.name.clone(), (*m).clone())))
+                .cloned()
+                .collect()
+        };
+        if models.is_empty() || into.len() >= crate::config::MAX_OBJECTIVES {
+            skipped.push(o.name.clone());
+            continue;
+        }
+        into.push(ObjectiveConfig {
+            models,
+            ..o.clone()
+        });
+    }
+    skipped
+}
+
 /// Append the discovered tenants to the file's, in order, leaving out each one whose name,
 /// header value or any API key is already taken: by the file (which the operator wrote and
 /// which was validated as a whole) or by an earlier discovered tenant. The same rules as the
@@ -283,6 +323,55 @@ mod tests {
 
     fn names(t: &TenantsConfig) -> Vec<&str> {
         t.policies.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn discovered_objectives_yield_to_the_files_per_model() {
+        let o = |name: &str, priority, models: &[&str]| ObjectiveConfig {
+            name: name.to_owned(),
+            priority,
+            models: models.iter().map(|m| m.to_string()).collect(),
+        };
+        let mut file = vec![o("chat", 1, &["llama"]), o("batch", -1, &[])];
+        let skipped = merge_objectives(
+            &mut file,
+            &[
+                o("chat", 9, &["llama", "qwen"]),
+                o("batch", 5, &["qwen"]),
+                o("chat", 7, &["qwen"]),
+                o("new", 3, &["qwen"]),
+            ],
+        );
+        assert_eq!(skipped, ["batch", "chat"]);
+        assert_eq!(
+            file,
+            [
+                o("chat", 1, &["llama"]),
+                o("batch", -1, &[]),
+                o("chat", 9, &["qwen"]),
+                o("new", 3, &["qwen"]),
+            ]
+        );
+        let c = Config::parse("pools: []\n").unwrap();
+        let mut merged = c.clone();
+        merged.objectives = file;
+        assert!(
+            Config::parse(&format!(
+                "pools: []\nobjectives:\n{}",
+                merged
+                    .objectives
+                    .iter()
+                    .map(|o| format!(
+                        "  - {{ name: {}, priority: {}, models: [{}] }}\n",
+                        o.name,
+                        o.priority,
+                        o.models.join(", ")
+                    ))
+                    .collect::<String>()
+            ))
+            .is_ok(),
+            "the merged list is one a file could have said"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!   is complete, and the table is recomputed from the copies, so an object deleted during the
 //!   outage (whose Delete event was never seen) disappears from the table too.
 
+pub mod objectives;
 pub mod tenants;
 pub mod translate;
 
