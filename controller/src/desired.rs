@@ -217,6 +217,7 @@ pub(crate) mod tests {
                 metrics: Default::default(),
                 kv_events: None,
                 scheduling: Default::default(),
+                endpoint_picker: None,
             },
         );
         p.metadata.namespace = Some("ns".into());

@@ -23,7 +23,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use warmpath_api::gie::{self, InferencePool as GiePool};
-use warmpath_api::v1::{Engine, InferencePool, InferencePoolSpec};
+use warmpath_api::v1::{
+    EndpointPickerSpec, Engine, InferencePool, InferencePoolSpec, PickerFailureMode,
+};
 
 /// Label naming where a managed warmpath pool comes from.
 pub const SOURCE_LABEL: &str = "warmpath.dev/source";
@@ -139,9 +141,27 @@ pub fn translate(pool: &GiePool) -> Result<Translated, TranslateError> {
             metrics: Default::default(),
             kv_events: None,
             scheduling: Default::default(),
+            endpoint_picker: Some(EndpointPickerSpec {
+                failure_mode: failure_mode(pool),
+            }),
         },
         warnings,
     })
+}
+
+/// The GIE pool's `endpointPickerRef.failureMode` for warmpath's picker: `FailOpen` when it says
+/// so, else GIE's default `FailClose` (which its CRD also fills in).
+fn failure_mode(pool: &GiePool) -> PickerFailureMode {
+    let said = pool
+        .spec
+        .endpoint_picker_ref
+        .as_ref()
+        .and_then(|r| r.failure_mode.as_deref());
+    if said == Some("FailOpen") {
+        PickerFailureMode::FailOpen
+    } else {
+        PickerFailureMode::FailClose
+    }
 }
 
 /// The warmpath pool the controller applies for `gie` (server-side apply): same name and
@@ -417,6 +437,16 @@ mod tests {
         assert_eq!(t.spec.engine, Engine::Vllm);
         assert!(t.spec.kv_events.is_none() && t.spec.metrics.enabled);
         assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        // The picker's failure mode follows `endpointPickerRef.failureMode` (GIE's default when
+        // absent: FailClose).
+        let mode = |t: Translated| t.spec.endpoint_picker.map(|p| p.failure_mode);
+        assert_eq!(mode(t), Some(PickerFailureMode::FailClose));
+        let mut open = gie_pool(&[(MODELS_ANNOTATION, "m")], &[8000]);
+        open.spec.endpoint_picker_ref.as_mut().unwrap().failure_mode = Some("FailOpen".into());
+        assert_eq!(
+            mode(translate(&open).unwrap()),
+            Some(PickerFailureMode::FailOpen)
+        );
     }
 
     #[test]

@@ -123,6 +123,8 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "router.terminationGracePeriodSeconds=120",
                 "--set",
                 "router.tls.secretName=wp-tls",
+                "--set",
+                "router.ports.endpointPicker=9002",
             ]),
         },
         Case {
@@ -1076,7 +1078,7 @@ async fn router_accepts_the_config_the_chart_renders() {
     let values = dir.join("values.yaml");
     std::fs::write(
         &values,
-        "router:\n  ports: {http: 8000, admin: 9000}\n  config:\n    pools:\n      - name: llama\n        models: [llama]\n        replicas:\n          - {name: llama-0, url: \"http://10.0.0.1:8000\"}\n",
+        "router:\n  ports: {http: 8000, admin: 9000, endpointPicker: 9002}\n  config:\n    endpoint_picker: {failure_mode: open}\n    pools:\n      - name: llama\n        models: [llama]\n        replicas:\n          - {name: llama-0, url: \"http://10.0.0.1:8000\"}\n",
     )
     .expect("values");
     let chart = Chart::prepare(&dir).expect("chart copy");
@@ -1104,6 +1106,33 @@ async fn router_accepts_the_config_the_chart_renders() {
     let ports = &deploy["spec"]["template"]["spec"]["containers"][0]["ports"];
     assert_eq!(ports[0]["containerPort"].as_u64(), Some(8000));
     assert_eq!(ports[1]["containerPort"].as_u64(), Some(9000));
+    // Endpoint-picker mode: the listener from `router.ports`, the user's other settings kept,
+    // the port on the pod and on the Service as cleartext HTTP/2 for the Gateway.
+    assert_eq!(
+        config
+            .endpoint_picker
+            .listen
+            .map(|a| a.to_string())
+            .as_deref(),
+        Some("0.0.0.0:9002")
+    );
+    assert_eq!(
+        config.endpoint_picker.failure_mode,
+        warmpath_router::config::FailureMode::Open
+    );
+    assert_eq!(ports[2]["name"].as_str(), Some("grpc-ext-proc"));
+    assert_eq!(ports[2]["containerPort"].as_u64(), Some(9002));
+    let service = out
+        .find("Service", "wp-warmpath-router")
+        .expect("router Service");
+    let picker = service["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some("grpc-ext-proc"))
+        .expect("the ext_proc port on the Service");
+    assert_eq!(picker["port"].as_u64(), Some(9002));
+    assert_eq!(picker["appProtocol"].as_str(), Some("kubernetes.io/h2c"));
 }
 
 /// The kind flow's own manifests (e2e/kind/: the simulated model servers and the chart values

@@ -13,8 +13,9 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warmpath_api::gie::InferencePool as GiePool;
-use warmpath_api::v1::InferencePool;
+use warmpath_api::v1::{InferencePool, PickerFailureMode};
 use warmpath_e2e::TestNamespace;
+use warmpath_router::config::FailureMode;
 
 /// GIE pools written as users write them (every field GIE knows, not only those warmpath reads).
 fn gie_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
@@ -33,7 +34,11 @@ async fn create_gie_pool(client: &kube::Client, ns: &str, name: &str, port: u16,
         "spec": {
             "selector": { "matchLabels": { "app": name } },
             "targetPorts": [{ "number": port }],
-            "endpointPickerRef": { "name": format!("{name}-epp"), "port": { "number": 9002 } },
+            "endpointPickerRef": {
+                "name": format!("{name}-epp"),
+                "port": { "number": 9002 },
+                "failureMode": "FailOpen",
+            },
         },
     }))
     .unwrap();
@@ -110,6 +115,11 @@ async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
         Some([("app".to_owned(), "llm".to_owned())].into())
     );
     assert_eq!(pool.spec.target_port, Some(i32::from(pods.port)));
+    assert_eq!(
+        pool.spec.endpoint_picker.as_ref().map(|p| p.failure_mode),
+        Some(PickerFailureMode::FailOpen),
+        "endpointPickerRef.failureMode, for warmpath's endpoint picker"
+    );
     let labels = pool.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels["warmpath.dev/source"], "gie");
     assert_eq!(
@@ -128,6 +138,10 @@ async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
         routed(&router).len() == 3
     })
     .await;
+    assert_eq!(
+        router.table().config.failure_mode_for("tiny"),
+        FailureMode::Open
+    );
     eprintln!("GIE pool created -> 3 replicas routed within {took:?} of the pods being Ready");
     let mut seen = std::collections::BTreeSet::new();
     for seed in 0..6u64 {

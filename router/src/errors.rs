@@ -19,6 +19,17 @@ pub fn full_body(bytes: impl Into<Bytes>) -> RespBody {
         .boxed_unsync()
 }
 
+/// A plain-text admin answer.
+pub(crate) fn text(status: StatusCode, body: String) -> Response<RespBody> {
+    let mut resp = Response::new(full_body(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 /// An error answered to an API client, in OpenAI's shape:
 /// `{"error": {"message": ..., "type": ..., "code": ...}}`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -650,6 +650,10 @@ async fn buffered_bodies_subsets_and_other_paths() {
     s.stop().await;
 }
 
+fn unknown_model() -> String {
+    serde_json::json!({"model": "nope", "prompt": "hi"}).to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_fail_closed_or_open() {
     let mut sim = sim(&["--replicas", "2"]).await;
@@ -666,7 +670,7 @@ async fn refusals_fail_closed_or_open() {
     wait_ready(open.admin_addr).await;
     let mut gateway = client(&closed).await;
 
-    let unknown = serde_json::json!({"model": "nope", "prompt": "hi"}).to_string();
+    let unknown = unknown_model();
     let too_large = completion(&text(3, 5000), 1);
     let cases = [
         (unknown.clone(), None, 404, "model_not_found"),
@@ -728,8 +732,34 @@ async fn refusals_fail_closed_or_open() {
     .unwrap();
     assert!(told.destination.is_some());
 
+    // The pool's own mode (a GIE pool's `endpointPickerRef.failureMode`) wins for its model;
+    // a model no pool serves keeps the picker's.
+    let pool_open = router(
+        &config_yaml("tiny", &addrs, &format!("{PICKER}{limits}")).replace(
+            "    models: [tiny]\n",
+            "    models: [tiny]\n    failure_mode: open\n",
+        ),
+    )
+    .await;
+    wait_ready(pool_open.admin_addr).await;
+    let mut gateway = client(&pool_open).await;
+    let mut call = Call::post("/v1/completions", completion("hello", 1));
+    call.subset = Some(vec!["192.0.2.1:1".to_owned()]);
+    let told = through(&mut gateway, &call).await.unwrap();
+    assert!(told.immediate.is_none(), "the pool fails open");
+    assert_eq!(told.destination, None);
+    let told = through(
+        &mut gateway,
+        &Call::post("/v1/completions", unknown_model()),
+    )
+    .await
+    .unwrap();
+    let (status, _, json) = told.immediate.expect("no pool: the picker's mode, closed");
+    assert_eq!(status, 404, "{json}");
+
     closed.shutdown().await;
     open.shutdown().await;
+    pool_open.shutdown().await;
     sim.shutdown();
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use warmpath_testkit::{completion_answer, Recorder};
 
 /// One replica that serves one request at a time for the router (`max_inflight_requests: 1`),
@@ -173,23 +173,11 @@ async fn untrusted_peers_cannot_name_a_tenant() {
     s.stop().await;
 }
 
-/// Completion order of requests sent at once, each by its tenant.
-async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply, Instant)> {
-    let mut tasks = Vec::new();
-    for (i, (tenant, tokens)) in sends.iter().copied().enumerate() {
-        tasks.push(tokio::spawn(async move {
-            // Arrivals a few ms apart, in the order given.
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
-            let r = as_tenant(addr, tenant, tokens).await;
-            (format!("{tenant}{i}"), r, Instant::now())
-        }));
-    }
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out.sort_by_key(|(_, _, at)| *at);
-    out
+/// Completion order of requests sent 15 ms apart, each by its tenant.
+async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply)> {
+    let tenants: Vec<&str> = sends.iter().map(|(t, _)| *t).collect();
+    let sends = sends.to_vec();
+    finishing_order(&tenants, |i| as_tenant(addr, sends[i].0, sends[i].1)).await
 }
 
 #[tokio::test]
@@ -202,8 +190,8 @@ async fn a_saturated_pool_queues_and_serves_tenants_fairly() {
         &[("a", 40), ("a", 40), ("a", 40), ("a", 40), ("b", 40)],
     )
     .await;
-    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
-    for (_, r, _) in &done {
+    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
+    for (_, r) in &done {
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let b = order.iter().position(|n| *n == "b4").unwrap();
@@ -238,7 +226,7 @@ async fn a_light_tenant_uses_the_headroom_beside_a_flood() {
     // `a` holds the one regular slot and queues two more; `b`, with nothing in flight, starts
     // at once in the headroom instead of waiting for a's first request to end.
     let done = run_all(s.router.addr, &[("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
-    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
     let b = order.iter().position(|n| *n == "b3").unwrap();
     assert!(b <= 1, "b waited for a slot: {order:?}");
     let m = router_metrics(s.router.admin_addr).await;
@@ -280,8 +268,8 @@ async fn higher_priority_goes_first_and_sheddable_work_is_refused() {
         ],
     )
     .await;
-    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
-    let shed = done.iter().find(|(n, _, _)| n == "batch4").unwrap();
+    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
+    let shed = done.iter().find(|(n, _)| n == "batch4").unwrap();
     dropped(&shed.1, "saturated", "rejected-saturated");
     let urgent = order.iter().position(|n| *n == "urgent3").unwrap();
     let last_low = order.iter().position(|n| *n == "low2").unwrap();
@@ -301,7 +289,7 @@ async fn full_queues_refuse_and_waiting_too_long_expires() {
     // The first runs ~400 ms; the second waits and expires at 300 ms; the third finds a's
     // queue share (1) full.
     let done = run_all(s.router.addr, &[("a", 80), ("a", 80), ("a", 80)]).await;
-    let by_name = |n: &str| &done.iter().find(|(m, _, _)| m == n).unwrap().1;
+    let by_name = |n: &str| &done.iter().find(|(m, _)| m == n).unwrap().1;
     assert_eq!(by_name("a0").status, 200);
     dropped(by_name("a2"), "queue-full", "rejected-saturated");
     dropped(by_name("a1"), "ttl-expired", "rejected-ttl-expired");
@@ -366,21 +354,9 @@ async fn a_high_priority_objective_goes_before_earlier_low_ones_of_the_same_tena
     let sends = [
         "later", "later", "later", "later", "chat", "offline", "nonesuch",
     ];
-    let mut tasks = Vec::new();
-    for (i, objective) in sends.into_iter().enumerate() {
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
-            let r = with_objective(addr, "a", objective).await;
-            (format!("{objective}{i}"), r, Instant::now())
-        }));
-    }
-    let mut done = Vec::new();
-    for t in tasks {
-        done.push(t.await.unwrap());
-    }
-    done.sort_by_key(|(_, _, at)| *at);
-    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
-    for (_, r, _) in &done {
+    let done = finishing_order(&sends, |i| with_objective(addr, "a", sends[i])).await;
+    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
+    for (_, r) in &done {
         assert_eq!(r.status, 200, "{order:?}: {}", r.body);
     }
     let chat = order.iter().position(|n| *n == "chat4").unwrap();

@@ -15,6 +15,34 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Send requests 15 ms apart in the order given (`send(i)` is the i-th) and return their
+/// labels (`label` and the index, `"a0"`) and replies in the order they finished: for tests of
+/// the order a queue serves them in.
+pub async fn finishing_order<Fut>(
+    labels: &[&str],
+    send: impl Fn(usize) -> Fut,
+) -> Vec<(String, Reply)>
+where
+    Fut: std::future::Future<Output = Reply> + Send + 'static,
+{
+    let mut tasks = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        let request = send(i);
+        let name = format!("{label}{i}");
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
+            let reply = request.await;
+            (name, reply, std::time::Instant::now())
+        }));
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.expect("request task"));
+    }
+    done.sort_by_key(|(_, _, at)| *at);
+    done.into_iter().map(|(n, r, _)| (n, r)).collect()
+}
+
 /// A loopback port nothing listens on now (the OS's pick, released for a process to bind).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -61,6 +61,29 @@ pub struct InferencePoolSpec {
     /// How the router scores the pool's replicas.
     #[serde(default)]
     pub scheduling: SchedulingSpec,
+    /// The router in endpoint-picker mode (behind a Gateway): how it treats this pool's
+    /// requests. The controller copies a mirrored GIE pool's `endpointPickerRef.failureMode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_picker: Option<EndpointPickerSpec>,
+}
+
+/// The router's endpoint-picker settings for one pool.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointPickerSpec {
+    /// What the picker does with a request for this pool that it cannot route (no ready
+    /// replica, too large, a refused tenant): `FailClose` answers it with the error, `FailOpen`
+    /// names no endpoint and the Gateway routes it on its own. GIE's names and default.
+    #[serde(default)]
+    pub failure_mode: PickerFailureMode,
+}
+
+/// GIE's `EndpointPickerFailureMode`, as the picker applies it to requests it cannot route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum PickerFailureMode {
+    #[default]
+    FailClose,
+    FailOpen,
 }
 
 /// Metrics scraping of a pool's replicas.

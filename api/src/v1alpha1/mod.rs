@@ -13,8 +13,8 @@ mod shared;
 mod tenant;
 
 pub use pool::{
-    InferencePool, InferencePoolSpec, InferencePoolStatus, KvEventsSpec, MetricsSpec,
-    SchedulingSpec,
+    EndpointPickerSpec, InferencePool, InferencePoolSpec, InferencePoolStatus, KvEventsSpec,
+    MetricsSpec, PickerFailureMode, SchedulingSpec,
 };
 pub use replica::{InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus};
 pub use shared::{Engine, Role, SchedulingWeights};

@@ -23,6 +23,11 @@ pub struct Pods {
 }
 
 pub async fn sim_pods(n: usize) -> Pods {
+    sim_pods_with(n, &[]).await
+}
+
+/// [`sim_pods`] with more simulator flags (`extra`).
+pub async fn sim_pods_with(n: usize, extra: &[&str]) -> Pods {
     'retry: for _ in 0..20 {
         let a: u8 = rand::random_range(1..=250);
         let b: u8 = rand::random_range(1..=250);
@@ -31,14 +36,10 @@ pub async fn sim_pods(n: usize) -> Pods {
         let mut ips = Vec::new();
         for i in 0..n {
             let ip: IpAddr = format!("127.{a}.{b}.{}", i + 2).parse().unwrap();
-            let args = [
-                "warmpath-sim",
-                "--listen",
-                &SocketAddr::new(ip, port).to_string(),
-                "--model",
-                "tiny",
-            ];
-            let cli = warmpath_sim::Cli::try_parse_from(args).expect("sim flags");
+            let listen = SocketAddr::new(ip, port).to_string();
+            let args = ["warmpath-sim", "--listen", &listen, "--model", "tiny"];
+            let cli =
+                warmpath_sim::Cli::try_parse_from(args.iter().chain(extra)).expect("sim flags");
             match warmpath_sim::start(&cli).await {
                 Ok(s) => {
                     sims.push(s);
@@ -112,7 +113,15 @@ pub async fn set_pod_ready(client: &kube::Client, ns: &str, name: &str, ip: IpAd
 
 /// A router in-process in Kubernetes mode, watching `ns`, with no pools of its own.
 pub async fn k8s_router(client: &kube::Client, ns: &str) -> RouterHandle {
-    let config = Config::parse("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools: []\n").unwrap();
+    k8s_router_with(client, ns, "").await
+}
+
+/// [`k8s_router`] with more configuration (`extra`, top-level YAML).
+pub async fn k8s_router_with(client: &kube::Client, ns: &str, extra: &str) -> RouterHandle {
+    let config = Config::parse(&format!(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools: []\n{extra}"
+    ))
+    .unwrap();
     warmpath_router::start(
         config,
         Options {
@@ -228,11 +237,45 @@ pub async fn try_get(addr: SocketAddr, path: &str) -> Result<(u16, String), Stri
 }
 
 /// The Gateway API Inference Extension's InferencePool CRD (`e2e/fixtures/gie/`, taken from
-/// GIE's Go module), installed once it is served: applied, Established, and listed by API
-/// discovery (the controller decides at start whether to watch GIE pools from discovery).
+/// GIE's Go module), installed once it is served (the controller decides at start whether to
+/// watch GIE pools from discovery).
 pub async fn apply_gie_crd(cluster: &warmpath_e2e::TestCluster, client: &kube::Client) {
-    let file = warmpath_e2e::repo_root()
-        .join("e2e/fixtures/gie/inference.networking.k8s.io_inferencepools.yaml");
+    apply_foreign_crd(
+        cluster,
+        client,
+        "gie/inference.networking.k8s.io_inferencepools.yaml",
+        "inference.networking.k8s.io",
+        "v1",
+        "inferencepools",
+    )
+    .await
+}
+
+/// llm-d's InferenceObjective CRD (`e2e/fixtures/llm-d/`), installed once it is served (the
+/// router decides at start whether to watch InferenceObjectives from discovery).
+pub async fn apply_llmd_objective_crd(cluster: &warmpath_e2e::TestCluster, client: &kube::Client) {
+    apply_foreign_crd(
+        cluster,
+        client,
+        "llm-d/llm-d.ai_inferenceobjectives.yaml",
+        "llm-d.ai",
+        "v1alpha2",
+        "inferenceobjectives",
+    )
+    .await
+}
+
+/// Another project's CRD from `e2e/fixtures/<fixture>`: applied, Established, and listed by API
+/// discovery under `group/version` (what the watching component checks at start).
+async fn apply_foreign_crd(
+    cluster: &warmpath_e2e::TestCluster,
+    client: &kube::Client,
+    fixture: &str,
+    group: &str,
+    version: &str,
+    plural: &str,
+) {
+    let file = warmpath_e2e::repo_root().join("e2e/fixtures").join(fixture);
     warmpath_e2e::run(
         cluster
             .kubectl()
@@ -245,29 +288,29 @@ pub async fn apply_gie_crd(cluster: &warmpath_e2e::TestCluster, client: &kube::C
             .arg(&file),
         None,
     )
-    .expect("apply the GIE CRD");
+    .unwrap_or_else(|e| panic!("apply {fixture}: {e}"));
     warmpath_e2e::run(
         cluster.kubectl().args([
             "wait",
             "--for=condition=Established",
             "--timeout=30s",
-            "crd/inferencepools.inference.networking.k8s.io",
+            &format!("crd/{plural}.{group}"),
         ]),
         None,
     )
-    .expect("the GIE CRD established");
+    .unwrap_or_else(|e| panic!("{plural}.{group} not established: {e}"));
     let start = Instant::now();
     loop {
         let served = client
-            .list_api_group_resources("inference.networking.k8s.io/v1")
+            .list_api_group_resources(&format!("{group}/{version}"))
             .await
-            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "inferencepools"));
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == plural));
         if served {
             return;
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "GIE inferencepools not in API discovery after 30 s"
+            "{group}/{version} {plural} not in API discovery after 30 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

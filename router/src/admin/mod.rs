@@ -8,13 +8,13 @@ mod status;
 
 pub use status::Status;
 
-use crate::errors::{full_body, ApiError, RespBody};
+use crate::api::readiness::readiness;
+use crate::errors::{full_body, text, ApiError, RespBody};
 use crate::metrics::{Metrics, ReplicaLabels};
 use crate::sources::kubernetes::DiscoveryStatus;
 use crate::state::index::{SharedIndex, SharedPrecise};
 use crate::state::publish::TableReader;
 use crate::state::replica::Replicas;
-use crate::state::table::Table;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
@@ -139,52 +139,6 @@ fn json<T: serde::Serialize>(value: &T) -> Response<RespBody> {
     resp
 }
 
-/// A plain-text admin answer.
-pub(crate) fn text(status: StatusCode, body: String) -> Response<RespBody> {
-    let mut resp = Response::new(full_body(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-/// Ready once discovery has listed (Kubernetes mode) and some model has a ready replica.
-pub(crate) fn readiness(table: &Table, discovery: &DiscoveryStatus) -> Response<RespBody> {
-    if !discovery.synced() {
-        let mut body = "waiting for the first full list of InferencePools, InferenceReplicas and TenantPolicies from the Kubernetes API\n".to_owned();
-        // The error itself goes to the log only: probes and whoever reaches this port need
-        // not learn the cluster's addresses or RBAC.
-        if discovery.error().is_some() {
-            body.push_str("the last attempt failed; the router's log says why\n");
-        }
-        return text(StatusCode::SERVICE_UNAVAILABLE, body);
-    }
-    let now = Instant::now();
-    let mut any = false;
-    let mut lines = String::new();
-    let mut models: Vec<_> = table.config.pools.iter().flat_map(|p| &p.models).collect();
-    models.sort();
-    models.dedup();
-    for model in models {
-        let (ready, total) = table.candidates(model).map_or((0, 0), |cs| {
-            (
-                cs.iter().filter(|c| c.replica.health.is_ready(now)).count(),
-                cs.len(),
-            )
-        });
-        any |= ready > 0;
-        lines.push_str(&format!("{model}: {ready}/{total} replicas ready\n"));
-    }
-    let status = if any {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    text(status, lines)
-}
-
 /// Gauges are sampled when scraped rather than maintained on the request path.
 fn refresh_gauges(state: &AdminState) {
     let m = &state.metrics;
@@ -221,37 +175,5 @@ fn refresh_gauges(state: &AdminState) {
         m.prefill_per_token
             .get_or_create(&labels)
             .set(r.ttft.lock().per_token_s());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    async fn body(resp: Response<RespBody>) -> String {
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        String::from_utf8(bytes.to_vec()).unwrap()
-    }
-
-    /// A Kubernetes error says where the API server is and what the service account may not
-    /// do: the log gets it, readiness answers do not.
-    #[tokio::test]
-    async fn readiness_does_not_echo_kubernetes_errors() {
-        let discovery = DiscoveryStatus::new(false);
-        discovery.failed(
-            "ApiError: pods is forbidden: User \"system:serviceaccount:ns:router\" at https://10.0.0.1:443"
-                .to_owned(),
-        );
-        let config = crate::config::Config::parse("pools: []\n").unwrap();
-        let registry = crate::state::replica::ReplicaRegistry::default();
-        let table = Table::build(std::sync::Arc::new(config), &registry, &Metrics::new());
-        let resp = readiness(&table, &discovery);
-        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let text = body(resp).await;
-        assert!(text.contains("log"), "{text}");
-        for leak in ["forbidden", "10.0.0.1", "serviceaccount"] {
-            assert!(!text.contains(leak), "{text}");
-        }
     }
 }

@@ -122,7 +122,9 @@ where
             }
             // vLLM answers `/health` on its API port and OpenAI-compatible tools (guidellm, the
             // SGLang gateway) probe it before sending load: answer it as readiness does.
-            (None, &Method::GET, "/health") => Ok(crate::admin::readiness(&table, &self.discovery)),
+            (None, &Method::GET, "/health") => {
+                Ok(super::readiness::readiness(&table, &self.discovery))
+            }
             (Some(_), m, p) | (None, m, p @ ("/v1/models" | "/health")) => {
                 Err(ApiError::method_not_allowed(m, p))
             }

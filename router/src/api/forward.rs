@@ -328,7 +328,7 @@ fn respond(
             }
             Outcome::Failed(kind) => {
                 metrics.upstream_error(&inflight.replica().name, kind);
-                super::passive_health::answer_failed(inflight.replica(), &table, &model);
+                table.answer_failed(inflight.replica(), &model);
             }
         }
         metrics.count(&route, status);

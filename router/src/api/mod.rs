@@ -27,6 +27,7 @@ pub mod parse;
 pub mod passive_health;
 pub mod pd;
 pub mod read_body;
+pub mod readiness;
 pub mod request_id;
 pub mod retry;
 #[cfg(test)]

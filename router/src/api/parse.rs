@@ -50,21 +50,15 @@ where
     }
 
     fn call(&mut self, read: Read) -> Self::Future {
-        let table = read.ctx.table.clone();
-        let parsed = crate::request::parse(read.ctx.endpoint, &read.body, &table.hasher, |model| {
-            let p = table.precise(model)?;
-            (read.body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
-        });
-        let mut features = match parsed {
+        let features = match features(
+            read.ctx.endpoint,
+            &read.body,
+            &read.head.headers,
+            &read.ctx.table,
+        ) {
             Ok(f) => f,
-            Err(e) => return Either::Right(ready(Err(Rejection::before_parse(e)))),
+            Err(rejection) => return Either::Right(ready(Err(rejection))),
         };
-        features.session = session_of(&read.head.headers, &table.config.sessions, &features);
-        if !table.serves(&features.model) {
-            let error = ApiError::unknown_model(&features.model);
-            let model = model_label(&table, &features.model);
-            return Either::Right(ready(Err(Rejection { error, model })));
-        }
         let model = features.model.clone();
         Either::Left(Labelled {
             inner: self.inner.call(Parsed { read, features }),
@@ -73,9 +67,31 @@ where
     }
 }
 
+/// The request's features from its body and headers, for a model the table serves: the parse
+/// stage of the proxy and of the endpoint picker alike. A refusal carries its metric label.
+pub(crate) fn features(
+    endpoint: crate::request::Endpoint,
+    body: &[u8],
+    headers: &http::HeaderMap,
+    table: &Table,
+) -> Result<crate::request::RequestFeatures, Rejection> {
+    let mut features = crate::request::parse(endpoint, body, &table.hasher, |model| {
+        let p = table.precise(model)?;
+        (body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
+    })
+    .map_err(Rejection::before_parse)?;
+    features.session = session_of(headers, &table.config.sessions, &features);
+    if !table.serves(&features.model) {
+        let error = ApiError::unknown_model(&features.model);
+        let model = model_label(table, &features.model);
+        return Err(Rejection { error, model });
+    }
+    Ok(features)
+}
+
 /// What the request says about its session: the first configured session header present, else
 /// (when configured) its `user` field; and the token it echoed.
-pub(crate) fn session_of(
+fn session_of(
     headers: &http::HeaderMap,
     config: &crate::config::SessionsConfig,
     features: &crate::request::RequestFeatures,

@@ -139,35 +139,10 @@ impl<F> Observed<F> {
 
     /// One more failed answer from the replica; a run of them ejects it.
     fn answer_failed(&self) {
-        answer_failed(
-            &self.replica,
-            &self.request.ctx().table,
-            &self.request.features().model,
-        );
-    }
-}
-
-/// One more failed answer from `replica` (serving `model` in `table`): a run of them ejects it,
-/// as long as at most half of the model's replicas are out, so that a bad request pattern or an
-/// upstream outage cannot eject the whole fleet. Also for answers that break after their head
-/// (a reset or a silent stream).
-pub fn answer_failed(replica: &ReplicaState, table: &crate::state::table::Table, model: &str) {
-    let may_eject = || {
-        let now = Instant::now();
-        table.candidates(model).is_some_and(|all| {
-            let out = all
-                .iter()
-                .filter(|c| !c.replica.health.is_ready(now))
-                .count();
-            2 * (out + 1) <= all.len()
-        })
-    };
-    if let Some(backoff) =
-        replica
-            .health
-            .on_failure(&table.config.health, Instant::now(), may_eject)
-    {
-        tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
+        self.request
+            .ctx()
+            .table
+            .answer_failed(&self.replica, &self.request.features().model);
     }
 }
 

@@ -219,7 +219,32 @@ pub struct PoolConfig {
     /// This pool's weights of the `prefix` policy, instead of `scheduling.weights`.
     #[serde(default)]
     pub weights: Option<warmpath_routing::scheduler::Weights>,
+    /// Endpoint-picker mode: what the picker does with this pool's requests it cannot route,
+    /// instead of `endpoint_picker.failure_mode` (a GIE pool's `endpointPickerRef.failureMode`
+    /// arrives here).
+    #[serde(default)]
+    pub failure_mode: Option<FailureMode>,
     pub replicas: Vec<ReplicaConfig>,
+}
+
+impl Config {
+    /// The picker's failure mode for requests for `model`: the pools serving it decide when any
+    /// says (`closed` if any says `closed`), else `endpoint_picker.failure_mode`.
+    pub fn failure_mode_for(&self, model: &str) -> FailureMode {
+        let said = self
+            .pools
+            .iter()
+            .filter(|p| p.models.iter().any(|m| m == model))
+            .filter_map(|p| p.failure_mode);
+        said.reduce(|a, b| {
+            if a == FailureMode::Closed || b == FailureMode::Closed {
+                FailureMode::Closed
+            } else {
+                FailureMode::Open
+            }
+        })
+        .unwrap_or(self.endpoint_picker.failure_mode)
+    }
 }
 
 fn default_metrics_path() -> Option<String> {

@@ -457,6 +457,23 @@ fn start_only_settings_changed_are_named() {
 }
 
 #[test]
+fn a_pools_failure_mode_wins_for_its_models_and_closed_wins_a_disagreement() {
+    let c = Config::parse(
+        "endpoint_picker: { failure_mode: open }\npools:\n  - { name: a, models: [m, n], failure_mode: closed, replicas: [{ name: a0, url: \"http://10.0.0.1:8000\" }] }\n  - { name: b, models: [n, o], failure_mode: open, replicas: [{ name: b0, url: \"http://10.0.0.2:8000\" }] }\n  - { name: c, models: [o, p], replicas: [{ name: c0, url: \"http://10.0.0.3:8000\" }] }\n",
+    )
+    .unwrap();
+    assert_eq!(c.failure_mode_for("m"), FailureMode::Closed);
+    assert_eq!(c.failure_mode_for("n"), FailureMode::Closed, "closed wins");
+    assert_eq!(c.failure_mode_for("o"), FailureMode::Open);
+    assert_eq!(c.failure_mode_for("p"), FailureMode::Open, "the picker's");
+    assert_eq!(
+        c.failure_mode_for("nope"),
+        FailureMode::Open,
+        "the picker's"
+    );
+}
+
+#[test]
 fn objectives_are_checked() {
     let c = Config::parse(include_str!("../../../examples/static.yaml")).unwrap();
     assert_eq!(c.objectives.len(), 2);

@@ -21,16 +21,16 @@
 //!
 //! A request the picker cannot route (unknown model, unreadable or too large body, no ready
 //! replica, a tenant refused) is answered with the proxy's own error as an ImmediateResponse
-//! (status, `retry-after`, OpenAI-shaped JSON) under `failure_mode: closed`; under `open` it goes
-//! on with no destination (and any client-sent one removed) for the Gateway to route. Flow
+//! (status, `retry-after`, OpenAI-shaped JSON) under `failure_mode: closed` (the pools serving its
+//! model say, when they do: a GIE pool's `endpointPickerRef.failureMode`; else
+//! `endpoint_picker.failure_mode`); under `open` it goes on with no destination (and any client-sent one removed) for the Gateway to route. Flow
 //! control's 429 is always answered: it is a verdict, not a failure. A Gateway's
 //! `envoy.lb.subset_hint` restricts the pick to its endpoints (none eligible: 503). Requests that
 //! are not inference requests (`GET /v1/models`) get a ready replica in turn.
 //!
 //! Not (yet) done here: the P/D split (a decode replica is picked and serves the whole
 //! request); fallback endpoints after the first (the Gateway retries on its own); the gRPC
-//! health service (the admin listener's `/readyz` says the same); mapping an InferencePool's
-//! `endpointPickerRef.failureMode` (the static `endpoint_picker.failure_mode` applies).
+//! health service (the admin listener's `/readyz` says the same).
 
 mod pick;
 mod stream;

@@ -8,7 +8,6 @@ use super::wire::{in_subset, Head};
 use crate::api::admission::{Admission, AdmissionRequest, Permit};
 use crate::api::choose::{choose, Indexes, Routed};
 use crate::decisions::{DecisionLog, Record};
-use crate::errors::ApiError;
 use crate::metrics::{Metrics, ReasonLabels, RequestLabels, ResultLabels};
 use crate::request::{Endpoint, RequestFeatures};
 use crate::state::publish::TableReader;
@@ -43,22 +42,9 @@ pub struct Core {
     rotation: AtomicUsize,
 }
 
-/// A request the picker will not route, and the model label its metric carries (empty before
-/// the body was parsed; `(unknown)` for a model no pool serves).
-#[derive(Debug)]
-pub struct Refusal {
-    pub error: ApiError,
-    pub model: String,
-}
-
-impl Refusal {
-    fn before_parse(error: ApiError) -> Self {
-        Self {
-            error,
-            model: String::new(),
-        }
-    }
-}
+/// A request the picker will not route, and the model label its metric carries: the proxy's
+/// own rejection.
+pub use crate::api::Rejection as Refusal;
 
 /// A request parsed and identified, before admission.
 pub struct Parsed {
@@ -119,19 +105,7 @@ impl Core {
         peer: Option<IpAddr>,
     ) -> Result<Parsed, Refusal> {
         let table = self.parts.tables.current();
-        let mut features = crate::request::parse(endpoint, body, &table.hasher, |model| {
-            let p = table.precise(model)?;
-            (body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
-        })
-        .map_err(Refusal::before_parse)?;
-        features.session =
-            crate::api::parse::session_of(&head.headers, &table.config.sessions, &features);
-        if !table.serves(&features.model) {
-            return Err(Refusal {
-                error: ApiError::unknown_model(&features.model),
-                model: "(unknown)".to_owned(),
-            });
-        }
+        let features = crate::api::parse::features(endpoint, body, &head.headers, &table)?;
         // The peer is the Gateway: its tenant headers count when `tenants.trusted_sources`
         // names its addresses (a client's own key counts wherever it comes from).
         let identity = table

@@ -514,7 +514,7 @@ impl Stream {
         holding: Box<Holding>,
         body_ended: bool,
     ) -> Result<Flow, Status> {
-        let mode = self.table.config.endpoint_picker.failure_mode;
+        let mode = self.table.config.failure_mode_for(&refusal.model);
         let shed = refusal.error.status == http::StatusCode::TOO_MANY_REQUESTS;
         if mode == FailureMode::Closed || shed {
             self.shared.core.count_refusal(&refusal);
@@ -649,7 +649,7 @@ impl Stream {
             if status < 500 {
                 s.replica.health.on_success();
             } else {
-                crate::api::passive_health::answer_failed(&s.replica, &s.table, &s.model);
+                s.table.answer_failed(&s.replica, &s.model);
             }
             self.shared.core.parts.metrics.count(&s.route, status);
         }

@@ -3,7 +3,8 @@
 //! the pod gets traffic only when its engine can serve it).
 
 use super::{EngineUrl, UpstreamClient};
-use crate::admin::{metrics_response, text};
+use crate::admin::metrics_response;
+use crate::errors::text;
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::SidecarMetrics;
 use bytes::Bytes;

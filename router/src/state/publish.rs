@@ -22,12 +22,14 @@ use warmpath_routing::index::PrefixIndex;
 pub enum Update {
     /// The configuration file's contents (already validated). Boxed: a file is large and rare.
     File(Box<Config>),
-    /// The pools and tenants found in the cluster (Kubernetes mode); routed beside the file's
-    /// (tenants after the file's, see [`merge_tenants`]). `applied`, when given, is told once
-    /// the table with them is published.
+    /// The pools, tenants and objectives found in the cluster (Kubernetes mode); routed beside
+    /// the file's (tenants and objectives after the file's, see [`merge_tenants`] and
+    /// [`merge_objectives`]). `applied`, when given, is told once the table with them is
+    /// published.
     Discovered {
         pools: Vec<PoolConfig>,
         tenants: Vec<TenantPolicyConfig>,
+        objectives: Vec<ObjectiveConfig>,
         applied: Option<oneshot::Sender<()>>,
     },
 }
@@ -61,6 +63,7 @@ pub struct Publisher {
     file: Option<Config>,
     discovered: Vec<PoolConfig>,
     discovered_tenants: Vec<TenantPolicyConfig>,
+    discovered_objectives: Vec<ObjectiveConfig>,
     registry: ReplicaRegistry,
     index: SharedIndex,
     metrics: Arc<Metrics>,
@@ -88,6 +91,7 @@ impl Publisher {
             file: None,
             discovered: Vec::new(),
             discovered_tenants: Vec::new(),
+            discovered_objectives: Vec::new(),
             registry,
             index,
             metrics,
@@ -111,10 +115,12 @@ impl Publisher {
             Update::Discovered {
                 pools,
                 tenants,
+                objectives,
                 applied,
             } => {
                 self.discovered = pools;
                 self.discovered_tenants = tenants;
+                self.discovered_objectives = objectives;
                 self.install_merged();
                 if let Some(tx) = applied {
                     let _ = tx.send(());
@@ -135,6 +141,12 @@ impl Publisher {
                 "TenantPolicy {} not used: {}",
                 skipped.tenant,
                 skipped.conflict
+            );
+        }
+        for name in merge_objectives(&mut config.objectives, &self.discovered_objectives) {
+            tracing::warn!(
+                "InferenceObjective {name} not used: the configuration file names it for the same models (or the limit of {} objectives is reached)",
+                crate::config::MAX_OBJECTIVES
             );
         }
         self.install(config);
@@ -462,6 +474,7 @@ mod tests {
         Update::Discovered {
             pools: Vec::new(),
             tenants,
+            objectives: Vec::new(),
             applied: None,
         }
     }
@@ -493,6 +506,7 @@ mod tests {
         p.apply(Update::Discovered {
             pools: Vec::new(),
             tenants: vec![tenant("acme", None, &["sk-acme-first-key"])],
+            objectives: Vec::new(),
             applied: Some(tx),
         });
         rx.await.expect("told once applied");

@@ -12,7 +12,7 @@ use crate::tenants::{Directory, Objectives};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use warmpath_routing::prompt::BlockHasher;
 use warmpath_routing::scheduler::Scheduler;
 
@@ -170,6 +170,32 @@ impl Table {
 
     pub fn serves(&self, model: &str) -> bool {
         self.models.contains_key(model)
+    }
+}
+
+impl Table {
+    /// One more failed answer from `replica` (serving `model` in this table): a run of them ejects it,
+    /// as long as at most half of the model's replicas are out, so that a bad request pattern or an
+    /// upstream outage cannot eject the whole fleet. Also for answers that break after their head
+    /// (a reset or a silent stream).
+    pub fn answer_failed(&self, replica: &ReplicaState, model: &str) {
+        let may_eject = || {
+            let now = Instant::now();
+            self.candidates(model).is_some_and(|all| {
+                let out = all
+                    .iter()
+                    .filter(|c| !c.replica.health.is_ready(now))
+                    .count();
+                2 * (out + 1) <= all.len()
+            })
+        };
+        if let Some(backoff) =
+            replica
+                .health
+                .on_failure(&self.config.health, Instant::now(), may_eject)
+        {
+            tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
+        }
     }
 }
 

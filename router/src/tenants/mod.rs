@@ -18,7 +18,8 @@ mod objectives;
 #[cfg(test)]
 mod tests;
 
-pub use objectives::{named_objective, Objective, Objectives, OBJECTIVE_HEADERS};
+use objectives::named_objective;
+pub use objectives::{Objective, Objectives, OBJECTIVE_HEADERS};
 
 use crate::config::{is_token, TenantPolicyConfig, TenantsConfig};
 use crate::errors::ApiError;

@@ -22,7 +22,7 @@ pub const OBJECTIVE_HEADERS: [&str; 2] = [
 
 /// The objective a request names in its headers, if any. Callers honour it only from trusted
 /// peers ([`crate::tenants::Directory::objective`]).
-pub fn named_objective(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn named_objective(headers: &HeaderMap) -> Option<&str> {
     OBJECTIVE_HEADERS
         .iter()
         .find_map(|h| headers.get(*h))

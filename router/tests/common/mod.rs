@@ -77,7 +77,7 @@ pub async fn wait_ready(admin: SocketAddr) {
 }
 
 #[allow(unused_imports)]
-pub use warmpath_testkit::{client, Reply};
+pub use warmpath_testkit::{client, finishing_order, Reply};
 
 /// [`warmpath_testkit::send`] with a 20 s limit.
 pub async fn send(

@@ -84,6 +84,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- $cfg := deepCopy (default (dict) .Values.router.config) }}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%v" .Values.router.ports.http) }}
 {{- $_ := set $cfg "admin" (printf "0.0.0.0:%v" .Values.router.ports.admin) }}
+{{- if and .Values.router.ports.endpointPicker (eq .Values.router.mode "deployment") }}
+{{- $picker := deepCopy (default (dict) (get $cfg "endpoint_picker")) }}
+{{- $_ := set $picker "listen" (printf "0.0.0.0:%v" .Values.router.ports.endpointPicker) }}
+{{- $_ := set $cfg "endpoint_picker" $picker }}
+{{- end }}
 {{- if not (hasKey $cfg "pools") }}{{ $_ := set $cfg "pools" (list) }}{{ end }}
 {{- if eq .Values.router.mode "deployment" }}
 {{- $sessions := deepCopy (default (dict) (get $cfg "sessions")) }}

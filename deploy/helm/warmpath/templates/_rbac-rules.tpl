@@ -1,6 +1,6 @@
 {{/*
-RBAC rules. The router only reads warmpath resources and the Secrets holding TenantPolicies'
-API keys (no Pods, no writes); the controller is their single writer. Kept here so the
+RBAC rules. The router only reads warmpath resources, llm-d InferenceObjectives and the
+Secrets holding TenantPolicies' API keys (no Pods, no writes); the controller is their single writer. Kept here so the
 ClusterRole and the per-namespace Roles cannot drift.
 */}}
 {{- define "warmpath.router.rules" -}}
@@ -10,6 +10,10 @@ ClusterRole and the per-namespace Roles cannot drift.
 - apiGroups: [warmpath.dev]
   resources: [inferencepools/status, inferencereplicas/status, tenantpolicies/status]
   verbs: [get]
+# llm-d InferenceObjectives: their priorities (watched only when the API server serves them).
+- apiGroups: [llm-d.ai]
+  resources: [inferenceobjectives]
+  verbs: [get, list, watch]
 {{- end }}
 
 {{- /* Read-only: the router never writes a Secret. */ -}}

@@ -35,6 +35,11 @@
     - name: admin
       containerPort: {{ .Values.router.ports.admin }}
       protocol: TCP
+    {{- if and .Values.router.ports.endpointPicker (eq .Values.router.mode "deployment") }}
+    - name: grpc-ext-proc
+      containerPort: {{ .Values.router.ports.endpointPicker }}
+      protocol: TCP
+    {{- end }}
   startupProbe:
     httpGet:
       path: /healthz

@@ -1,9 +1,11 @@
-//! Kubernetes mode: the router reads its pools and tenants from the cluster. Reflectors keep
-//! local copies of InferencePools, InferenceReplicas, TenantPolicies and Secrets (in the
-//! watched namespaces, or all; the router's account needs to read all four there); after every
-//! batch of changes the pool list ([`translate::discovered`]) and the tenant list
-//! ([`tenants::discovered`], API keys from the Secrets the policies name) are recomputed from
-//! those copies, and the routing table swapped atomically when either changed.
+//! Kubernetes mode: the router reads its pools, tenants and objectives from the cluster.
+//! Reflectors keep local copies of InferencePools, InferenceReplicas, TenantPolicies and Secrets
+//! (in the watched namespaces, or all; the router's account needs to read all four there), and of
+//! llm-d's InferenceObjectives when the API server serves them (checked once at start); after
+//! every batch of changes the pool list ([`translate::discovered`]), the tenant list
+//! ([`tenants::discovered`], API keys from the Secrets the policies name) and the objectives
+//! ([`objectives::discovered`]) are recomputed from those copies, and the routing table swapped
+//! atomically when any of them changed.
 //!
 //! Failure behaviour, which is the point of this module:
 //! - Until every watch has delivered its first full list, `/readyz` answers 503 (a router
@@ -18,11 +20,12 @@ pub mod objectives;
 pub mod tenants;
 pub mod translate;
 
-use crate::config::{PoolConfig, TenantPolicyConfig};
+use crate::config::{ObjectiveConfig, PoolConfig, TenantPolicyConfig};
 use crate::metrics::{KubernetesMetrics, Metrics};
 use crate::state::publish::{Update, Updates};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -34,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use warmpath_api::llmd::{self, InferenceObjective};
 use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 
 /// Where to find the cluster and what to watch.
@@ -155,6 +159,21 @@ fn trim_secret(secret: &mut Secret) {
     secret.string_data = None;
 }
 
+/// One API per watched namespace, or one for all.
+fn apis<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    if namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    }
+}
+
 /// Watch one kind in each namespace (or all), reflecting into a store per watch. `config` and
 /// `modify` say what to list and what to keep of each object.
 fn watch_kind<K>(
@@ -174,15 +193,7 @@ fn watch_kind<K>(
         + Sync
         + 'static,
 {
-    let apis: Vec<Api<K>> = if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
-    };
-    for (i, api) in apis.into_iter().enumerate() {
+    for (i, api) in apis::<K>(client, namespaces).into_iter().enumerate() {
         let index = first_index + i;
         let (reader, writer) = reflector::store::<K>();
         stores.push(reader);
@@ -200,8 +211,74 @@ fn watch_kind<K>(
     }
 }
 
-/// Watch the cluster and send the publisher its pools and tenants whenever either changes, until
-/// `shutdown`.
+/// Whether to watch llm-d's `llm-d.ai/v1alpha2` `inferenceobjectives`: the API server serves
+/// them and the router's account may list them in every watched namespace. Optional by design:
+/// llm-d's CRD may be absent, and an account without the right (a chart from before, a
+/// hand-written Role) must leave the router routing without objectives rather than unready.
+/// Asked until the API server answers (the other watches need it too, so nothing is routed from
+/// the cluster before it does); `None` at shutdown.
+async fn watch_objectives(
+    client: &Client,
+    namespaces: &[String],
+    shutdown: &mut watch::Receiver<bool>,
+    status: &DiscoveryStatus,
+) -> Option<bool> {
+    let gv = format!("{}/{}", llmd::GROUP, llmd::VERSION);
+    let mut backoff = WatchBackoff::default();
+    loop {
+        match objectives_readable(client, namespaces, &gv).await {
+            Ok(answer) => return Some(answer),
+            Err(e) => {
+                let e = format!("checking for {gv} {}: {e}", llmd::PLURAL);
+                tracing::warn!("{e}; retrying");
+                status.failed(e);
+            }
+        }
+        let delay = backoff.next().unwrap_or(BACKOFF_MAX);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => return None,
+        }
+    }
+}
+
+/// [`watch_objectives`]' one try: discovery, then a list of at most one object per namespace.
+async fn objectives_readable(
+    client: &Client,
+    namespaces: &[String],
+    gv: &str,
+) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(gv).await {
+        Ok(list) if list.resources.iter().any(|r| r.name == llmd::PLURAL) => {}
+        Ok(_) => return Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    for api in apis::<InferenceObjective>(client, namespaces) {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(
+                    "llm-d InferenceObjectives are served but this account may not list them: not watched, their priorities do not apply (grant get/list/watch on llm-d.ai inferenceobjectives and restart): {}",
+                    s.message
+                );
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// What was last sent to the publisher.
+type Found = (
+    Vec<PoolConfig>,
+    Vec<TenantPolicyConfig>,
+    Vec<ObjectiveConfig>,
+);
+
+/// Watch the cluster and send the publisher its pools, tenants and objectives whenever any of
+/// them changes, until `shutdown`.
 pub(crate) async fn run(
     discovery: Discovery,
     updates: Updates,
@@ -210,7 +287,7 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let metrics = &metrics.kubernetes;
-    let mut sent: Option<(Vec<PoolConfig>, Vec<TenantPolicyConfig>)> = None;
+    let mut sent: Option<Found> = None;
     let mut warned = BTreeSet::new();
     let ns = &discovery.namespaces;
     let client = &discovery.client;
@@ -249,12 +326,33 @@ pub(crate) async fn run(
         &mut secrets,
         &mut streams,
     );
+    let mut objectives = Vec::new();
+    let Some(objectives_watched) = watch_objectives(client, ns, &mut shutdown, &status).await
+    else {
+        return;
+    };
+    if objectives_watched {
+        watch_kind::<InferenceObjective>(
+            client,
+            ns,
+            4 * per_kind,
+            &all,
+            trim,
+            &mut objectives,
+            &mut streams,
+        );
+    }
     let mut listed = vec![false; streams.len()];
     let mut events = stream::select_all(streams);
     let mut last_error_log: Option<Instant> = None;
     tracing::info!(
         namespaces = %if ns.is_empty() { "*".to_owned() } else { ns.join(",") },
-        "watching InferencePools, InferenceReplicas, TenantPolicies and Secrets"
+        "watching InferencePools, InferenceReplicas, TenantPolicies, Secrets{}",
+        if objectives_watched {
+            " and llm-d InferenceObjectives"
+        } else {
+            " (not llm-d InferenceObjectives: not served or not readable; restart the router after installing their CRD or granting access)"
+        }
     );
     loop {
         let first = tokio::select! {
@@ -310,17 +408,21 @@ pub(crate) async fn run(
                 let key = ObjectRef::new(name).within(ns);
                 secrets.iter().find_map(|s| s.get(&key))
             });
+        let objective_objs: Vec<_> = objectives.iter().flat_map(|s| s.state()).collect();
+        let found_objectives =
+            objectives::discovered(objective_objs.iter().map(|o| o.as_ref()), &found.pools);
         record(metrics, &found, policy_objs.len());
         tenants::warn_new(&found_tenants.problems, &mut warned);
-        let next = (found.pools, found_tenants.tenants);
+        let next = (found.pools, found_tenants.tenants, found_objectives);
         if sent.as_ref() != Some(&next) {
             sent = Some(next.clone());
-            let (pools, tenants) = next;
+            let (pools, tenants, objectives) = next;
             // Until the first list is routed, readiness waits for the table that holds it.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let update = Update::Discovered {
                 pools,
                 tenants,
+                objectives,
                 applied: (!status.synced()).then_some(tx),
             };
             if updates.send(update).is_err() {
@@ -336,6 +438,7 @@ pub(crate) async fn run(
                 pools = pool_objs.len(),
                 replicas = replica_objs.len(),
                 tenants = policy_objs.len(),
+                objectives = objective_objs.len(),
                 "first full list from the Kubernetes API applied; ready"
             );
             *status.error.lock() = None;

@@ -2,8 +2,8 @@
 //! the pool its `poolRef` names (in its namespace: the discovered pool `namespace/name`, which a
 //! GIE pool mirrored by the controller is too), with its priority (absent: 0).
 //!
-//! Not yet watched: [`discovered`] is the pure translation the watch will call (see the
-//! branch's report), kept here with its tests.
+//! Watched by [`super::run`] when the API server serves the kind; this is the pure translation
+//! it applies to its copies.
 
 use crate::config::{ObjectiveConfig, PoolConfig};
 use std::collections::BTreeSet;

@@ -5,9 +5,9 @@
 //! Names carry the namespace (`ns/pool`, `ns/replica`): they are identities in metrics,
 //! headers and the prefix index, and the same name may exist in two watched namespaces.
 
-use crate::config::{Engine, PoolConfig, ReplicaConfig, Role};
+use crate::config::{Engine, FailureMode, PoolConfig, ReplicaConfig, Role};
 use std::collections::{BTreeMap, HashMap};
-use warmpath_api::v1::{self as api, InferencePool, InferenceReplica};
+use warmpath_api::v1::{self as api, InferencePool, InferenceReplica, PickerFailureMode};
 
 /// Why an InferenceReplica is not routed to; counted and logged by the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,9 +163,16 @@ pub fn discovered<'a>(
                         kv_cache: f64::from(w.kv_cache),
                     }
                 });
+                let failure_mode =
+                    spec.and_then(|s| s.endpoint_picker.as_ref())
+                        .map(|p| match p.failure_mode {
+                            PickerFailureMode::FailOpen => FailureMode::Open,
+                            PickerFailureMode::FailClose => FailureMode::Closed,
+                        });
                 PoolConfig {
                     kv_events,
                     weights,
+                    failure_mode,
                     name,
                     models,
                     role,
@@ -239,6 +246,20 @@ mod tests {
         assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
         assert_eq!(d.pools[1].replicas[0].url, "http://[fd00::1]:8000");
         assert_eq!(d.pools[0].metrics_path.as_deref(), Some("/metrics"));
+        assert_eq!(d.pools[0].failure_mode, None, "unsaid: the picker's own");
+    }
+
+    #[test]
+    fn a_pools_picker_failure_mode_is_carried() {
+        let mut open = pool("a", "p", &["m"]);
+        open.spec.endpoint_picker = Some(api::EndpointPickerSpec {
+            failure_mode: PickerFailureMode::FailOpen,
+        });
+        let mut closed = pool("a", "q", &["n"]);
+        closed.spec.endpoint_picker = Some(Default::default());
+        let d = discovered(&[open, closed], &[]);
+        assert_eq!(d.pools[0].failure_mode, Some(FailureMode::Open));
+        assert_eq!(d.pools[1].failure_mode, Some(FailureMode::Closed));
     }
 
     #[test]
