@@ -1,8 +1,11 @@
 //! What the integration tests of several crates share (router, simulator, cluster tests): a
 //! plain HTTP/1 client over loopback that returns the whole reply, or a readable error,
 //! always within a time limit; and a [`Recorder`], a server that keeps every request it gets,
-//! for tests about the exact bytes a proxy sends. Used only by tests.
+//! for tests about the exact bytes a proxy sends; and a Gateway's ext_proc client
+//! ([`ext_proc`]). Used only by tests.
 #![forbid(unsafe_code)]
+
+pub mod ext_proc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
