@@ -428,3 +428,47 @@ async fn a_negative_objective_is_shed_when_saturated() {
     assert_eq!(with_objective(addr, "a", "offline").await.status, 200);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn queued_work_over_its_share_waits_for_pending_prefills() {
+    // Three slots; queued work of a tenant at or over its share goes only while no admitted
+    // prompt token is still waiting for its first response byte (a bound of 1 token on the one
+    // replica; these answers are not streamed, so a request counts until it ends).
+    let yaml = flow_yaml("").replace(
+        "max_inflight_requests: 1\n",
+        "max_inflight_requests: 3\n    max_pending_prefill_tokens: 1\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    // `b` holds one long request (about 2 s); `a` takes the two other slots and queues two more.
+    // When a's first two end, a3 (a has nothing in flight: under its share of the slots) goes
+    // although b's prefill still counts; a4 (a at its share again) is held by it, not by the
+    // slots, until b0 ends.
+    let done = run_all(
+        s.router.addr,
+        &[("b", 400), ("a", 40), ("a", 40), ("a", 40), ("a", 40)],
+    )
+    .await;
+    for (_, r, _) in &done {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let at = |name: &str| done.iter().find(|(n, _, _)| n == name).unwrap().2;
+    assert!(
+        at("a3") + Duration::from_millis(500) < at("b0"),
+        "a3 was held though under its share"
+    );
+    assert!(
+        at("a4") >= at("b0"),
+        "a4 went while b's prefill was pending"
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_dispatched_total",
+            &[("tenant", "a"), ("path", "queued")]
+        ),
+        2.0,
+        "{m}"
+    );
+    s.stop().await;
+}
