@@ -404,7 +404,6 @@ fn count_in(
 }
 
 impl ModelFlow {
-
     /// `tokens` of the prefill counted for a request are done (or were never needed); `last`
     /// when the request's prefill is over, `light` if it was admitted under its share.
     fn prefilled(&mut self, tokens: u64, last: bool, light: bool) {
@@ -739,7 +738,11 @@ impl Grant {
             self.prefilling.store(tokens, Ordering::Relaxed);
             if let Some(m) = st.models.get_mut(&self.model) {
                 let last = tokens == PREFILLED;
-                m.prefilled(if last { before } else { before - tokens }, last, self.light);
+                m.prefilled(
+                    if last { before } else { before - tokens },
+                    last,
+                    self.light,
+                );
             }
         }
         // Prefill work left the pool: queued work held back by it may go.

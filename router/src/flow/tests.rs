@@ -81,6 +81,7 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
     let bounds = SaturationConfig {
         max_inflight_requests: Some(2),
         headroom_requests: 0,
+        light_prefill_first: false,
         max_pending_prefill_tokens: None,
         max_inflight_tokens: Some(1000),
         max_waiting_requests: None,
@@ -154,7 +155,10 @@ fn pending_prefill_holds_queued_work_per_ready_replica() {
     assert!(prefill_gated(&bounds, 256, 0, 1));
     // Nothing pending: a prompt longer than the bound still goes.
     assert!(!prefill_gated(&bounds, 0, 0, 1));
-    assert!(!prefill_gated(&bounds, 10_000, 0, 0), "no ready replica: the 503 path decides");
+    assert!(
+        !prefill_gated(&bounds, 10_000, 0, 0),
+        "no ready replica: the 503 path decides"
+    );
 }
 
 #[test]
