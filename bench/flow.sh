@@ -7,7 +7,10 @@
 #                        = the fleet's batch slots, --queue-size, --queue-timeout-secs); no tenants
 # and, when named in SYSTEMS, warmpath-headroom: warmpath-tokens with HEADROOM of each replica's
 # slots kept for tenants under their fair share (max_inflight_requests MAX_SEQS - HEADROOM,
-# headroom_requests HEADROOM).
+# headroom_requests HEADROOM); warmpath-isolate: warmpath-headroom with, besides, queued work of
+# tenants at or over their share held while ISOLATE_PREFILL prompt tokens per replica wait for
+# their first token (max_pending_prefill_tokens ISOLATE_PREFILL), and, with LIGHT_FIRST=true, while
+# a request of a tenant under its share waits for its first token (light_prefill_first).
 # in front of REPLICAS simulated replicas (warmpath-sim) whose capacity is bounded by their batch
 # (MAX_SEQS running sequences each; the router's saturation bound is the same number, so queued
 # work waits in the router, in fair order, instead of in the engines).
@@ -46,7 +49,9 @@ DURATION=${DURATION:-30s}
 DRAIN=${DRAIN:-20s}
 TIMEOUT=${TIMEOUT:-60s}
 QUEUE_TTL_MS=${QUEUE_TTL_MS:-60000}
-HEADROOM=${HEADROOM:-2}           # warmpath-headroom only
+HEADROOM=${HEADROOM:-2}           # warmpath-headroom and warmpath-isolate only
+ISOLATE_PREFILL=${ISOLATE_PREFILL:-$((2 * PROMPT))}  # warmpath-isolate only
+LIGHT_FIRST=${LIGHT_FIRST:-false}                 # warmpath-isolate only
 SGLANG_QUEUE=${SGLANG_QUEUE:-1000}
 SIM_PORT=${SIM_PORT:-18601}
 FRONT_PORT=${FRONT_PORT:-18680}
@@ -92,13 +97,17 @@ router_yaml() { # system
   echo "flow:"
   case $1 in
     warmpath-noflow) echo "  enabled: false"; return ;;
-    warmpath-tokens|warmpath-headroom) echo "  enabled: true"; echo "  fairness: tokens" ;;
+    warmpath-tokens|warmpath-headroom|warmpath-isolate) echo "  enabled: true"; echo "  fairness: tokens" ;;
     warmpath-requests) echo "  enabled: true"; echo "  fairness: requests" ;;
   esac
   echo "  saturation:"
-  if [ "$1" = warmpath-headroom ]; then
+  if [ "$1" = warmpath-headroom ] || [ "$1" = warmpath-isolate ]; then
     echo "    max_inflight_requests: $((MAX_SEQS - HEADROOM))"
     echo "    headroom_requests: $HEADROOM"
+    if [ "$1" = warmpath-isolate ]; then
+      echo "    max_pending_prefill_tokens: $ISOLATE_PREFILL"
+      echo "    light_prefill_first: $LIGHT_FIRST"
+    fi
   else
     echo "    max_inflight_requests: $MAX_SEQS"
   fi
@@ -200,6 +209,9 @@ describe_system() { # system: its line in the report's list
     warmpath-noflow) echo "- \`warmpath-noflow\`: warmpath with \`flow.enabled: false\` (requests wait in the engines' FCFS queues)." ;;
     warmpath-headroom) echo "- \`warmpath-headroom\`: warmpath with flow control by tokens and $HEADROOM of each replica's $MAX_SEQS slots
   kept for tenants under their fair share (\`max_inflight_requests: $((MAX_SEQS - HEADROOM))\`, \`headroom_requests: $HEADROOM\`)." ;;
+    warmpath-isolate) echo "- \`warmpath-isolate\`: warmpath-headroom and, besides, queued work of tenants at or over their share
+  held while $ISOLATE_PREFILL prompt tokens per replica wait for their first token (\`max_pending_prefill_tokens: $ISOLATE_PREFILL\`)
+  and (\`light_prefill_first: $LIGHT_FIRST\`) while a request of a tenant under its share waits for its first token." ;;
     sglang-queue) echo "- \`sglang-queue\`: the SGLang gateway ($("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print "sglang-router " $2}')) with
   \`--max-concurrent-requests $SLOTS --queue-size $SGLANG_QUEUE --queue-timeout-secs $((QUEUE_TTL_MS / 1000))\`: one global
   queue, no tenants." ;;

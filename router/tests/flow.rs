@@ -404,3 +404,46 @@ async fn a_negative_objective_is_shed_when_saturated() {
     assert_eq!(with_objective(addr, "a", "offline").await.status, 200);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn queued_work_over_its_share_waits_for_pending_prefills() {
+    // Three slots; queued work of a tenant at or over its share goes only while no admitted
+    // prompt token is still waiting for its first response byte (a bound of 1 token on the one
+    // replica; these answers are not streamed, so a request counts until it ends).
+    let yaml = flow_yaml("").replace(
+        "max_inflight_requests: 1\n",
+        "max_inflight_requests: 3\n    max_pending_prefill_tokens: 1\n",
+    );
+    let s = Setup::new(SLOW_SIM, &yaml).await;
+    // `b` and `a` each hold a long request (about 2 s), a2 takes the third slot and a3 queues.
+    // When a2 ends, a slot is free but a3 (a at its share of the slots: one of three, with b)
+    // is held by the two pending prefills until they end.
+    let done = run_all(
+        s.router.addr,
+        &[("b", 400), ("a", 400), ("a", 40), ("a", 40)],
+    )
+    .await;
+    for (_, r, _) in &done {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let at = |name: &str| done.iter().find(|(n, _, _)| n == name).unwrap().2;
+    assert!(
+        at("a2") + Duration::from_millis(1000) < at("b0"),
+        "a2 went straight on"
+    );
+    assert!(
+        at("a3") >= at("b0") && at("a3") >= at("a1"),
+        "a3 went while the long requests' prefills were pending"
+    );
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_flow_dispatched_total",
+            &[("tenant", "a"), ("path", "queued")]
+        ),
+        1.0,
+        "{m}"
+    );
+    s.stop().await;
+}

@@ -30,9 +30,10 @@ pub const JAIN_BOUND: f64 = 0.98;
 pub const SHARE_BOUND: f64 = 0.05;
 
 /// Systems in this order first (as `bench/flow.sh` names them), any others after.
-const SYSTEM_ORDER: [&str; 5] = [
+const SYSTEM_ORDER: [&str; 6] = [
     "warmpath-tokens",
     "warmpath-headroom",
+    "warmpath-isolate",
     "warmpath-requests",
     "warmpath-noflow",
     "sglang-queue",

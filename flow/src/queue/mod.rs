@@ -558,6 +558,20 @@ impl<T> FlowQueue<T> {
         Ok(Enqueued { handle, evicted })
     }
 
+    /// The payload [`FlowQueue::pop`] would return next, without dispatching it: the caller may
+    /// hold the head back (say, until the pool has room for that tenant) without breaking the
+    /// fair order.
+    pub fn peek(&self) -> Option<&T> {
+        let priority = self.active.last()?;
+        let band = self.bands.get(priority).expect("active band");
+        let &(_, _, f) = band.backlogged.first().expect("active band has a backlog");
+        let slot = self.flow(f).head;
+        self.slots[slot as usize]
+            .node
+            .as_ref()
+            .map(|node| &node.payload)
+    }
+
     /// The next request to dispatch: the highest band with entries, in it the backlogged flow
     /// with the smallest counter, its oldest entry. Charges the flow. Deadlines are not
     /// looked at (call [`FlowQueue::expire`] first).

@@ -197,10 +197,15 @@ proptest! {
                         }
                     }
                 }
-                Op::Pop => match q.pop(now) {
-                    None => prop_assert!(model.is_empty()),
-                    Some(d) => {
+                Op::Pop => match (q.peek().copied(), q.pop(now)) {
+                    (peeked, None) => {
+                        prop_assert!(model.is_empty());
+                        prop_assert_eq!(peeked, None);
+                    }
+                    (peeked, Some(d)) => {
                         let id = d.entry.payload;
+                        // Peeking shows the entry the pop then dispatches.
+                        prop_assert_eq!(peeked, Some(id));
                         let m = model.remove(&id).expect("popped a queued entry");
                         prop_assert_eq!(d.entry.handle, m.handle);
                         prop_assert_eq!(d.entry.tenant.as_ref(), m.tenant.as_str());

@@ -40,7 +40,13 @@ fn push(q: &mut FlowQueue<u32>, now: Instant, a: Arrival<'_, u32>) -> Handle {
 /// Pop everything, completing each at its charge; the payloads in order.
 fn drain(q: &mut FlowQueue<u32>, now: Instant) -> Vec<u32> {
     let mut out = Vec::new();
-    while let Some(d) = q.pop(now) {
+    loop {
+        let next = q.peek().copied();
+        let Some(d) = q.pop(now) else {
+            assert_eq!(next, None, "peek sees nothing when pop finds nothing");
+            break;
+        };
+        assert_eq!(next, Some(d.entry.payload), "peek shows what pop returns");
         let charged = d.ticket.charged();
         q.complete(d.ticket, charged);
         q.assert_consistent();
@@ -68,6 +74,7 @@ fn invalid_config_is_refused() {
 #[test]
 fn empty_queue_pops_nothing() {
     let mut q = queue(config());
+    assert!(q.peek().is_none());
     assert!(q.pop(t0()).is_none());
     assert!(q.is_empty());
     assert!(q.expire(t0()).is_empty());

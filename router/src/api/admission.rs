@@ -42,6 +42,9 @@ pub trait Held: Send + Sync {
     fn set_uncached_prompt(&self, _tokens: u64) {}
     /// Output tokens seen so far in the response.
     fn set_output(&self, _tokens: u64) {}
+    /// The response's first token (its first body chunk) arrived: the request's prefill is
+    /// done on its replica.
+    fn first_token(&self) {}
 }
 
 /// Held for the life of an admitted request; released when its response ends (the last clone
@@ -63,6 +66,11 @@ impl Permit {
     pub fn set_output(&self, tokens: u64) {
         if let Some(h) = &self.0 {
             h.set_output(tokens);
+        }
+    }
+    pub fn first_token(&self) {
+        if let Some(h) = &self.0 {
+            h.first_token();
         }
     }
 }

@@ -286,11 +286,13 @@ fn respond(
     let prefill = routed.prefill;
     let pending = routed.pending;
     let first_route = route.clone();
+    let first_permit = request.permit.clone();
     let on_first = move || {
         // The first token arrived: this request's prefill is done on the replica, and its
         // engine is about to report the blocks.
         drop(prefill);
         drop(pending);
+        first_permit.first_token();
         if let Some(owed) = owed {
             owed.arrived(Instant::now());
         }

@@ -287,6 +287,18 @@ pub struct SaturationConfig {
     /// Set `max_inflight_requests` this much below what an engine runs at once, so that the
     /// headroom is real capacity; 0 turns it off.
     pub headroom_requests: u32,
+    /// Prompt tokens per replica of admitted requests that have no first token yet (their
+    /// prefill is still ahead in an engine). Queued work is dispatched only while the pool is
+    /// under this bound times its ready replicas; tenants under their fair share (the headroom
+    /// rule) are not held by it. An engine's step computes every prefill waiting for it, so a
+    /// light tenant's first token waits for the flood's prefills that share its step: this
+    /// bounds them (latency isolation), at the cost of admitting a backlog more slowly.
+    pub max_pending_prefill_tokens: Option<u64>,
+    /// Queued work of tenants at or over their fair share also waits while a request of a
+    /// tenant under its share has no first token yet: the light request's prefill then shares
+    /// its engine step only with backlog prefills dispatched before it. The backlog waits about
+    /// one prefill per light request, and not at all while no light tenant is sending.
+    pub light_prefill_first: bool,
     /// Prompt and expected output tokens the router has in flight to one replica.
     pub max_inflight_tokens: Option<u64>,
     /// The engine's own queue (`vllm:num_requests_waiting`), from the last scrape.
@@ -303,6 +315,8 @@ impl Default for SaturationConfig {
         Self {
             max_inflight_requests: None,
             headroom_requests: 0,
+            max_pending_prefill_tokens: None,
+            light_prefill_first: false,
             max_inflight_tokens: None,
             // llm-d's saturation detector's defaults.
             max_waiting_requests: Some(5.0),
@@ -333,6 +347,12 @@ impl FlowConfig {
         let sat = at.key("saturation");
         if s.max_inflight_requests == Some(0) {
             return Err((sat.key("max_inflight_requests"), "must be >= 1".to_owned()));
+        }
+        if s.max_pending_prefill_tokens == Some(0) {
+            return Err((
+                sat.key("max_pending_prefill_tokens"),
+                "must be >= 1 (leave it out for no bound)".to_owned(),
+            ));
         }
         if s.max_inflight_tokens == Some(0) {
             return Err((sat.key("max_inflight_tokens"), "must be >= 1".to_owned()));

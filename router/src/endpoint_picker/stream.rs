@@ -106,7 +106,7 @@ struct Served {
     prefill: Option<PrefillGuard>,
     pending: Option<PendingGuard>,
     _inflight: InflightGuard,
-    _permit: Permit,
+    permit: Permit,
 }
 
 pub struct Stream {
@@ -596,7 +596,7 @@ impl Stream {
             prefill: Some(routed.prefill),
             pending: routed.pending,
             _inflight: routed.inflight,
-            _permit: permit,
+            permit,
             table,
         });
     }
@@ -623,6 +623,7 @@ impl Stream {
             // about to report the blocks.
             s.prefill = None;
             s.pending = None;
+            s.permit.first_token();
             if let Some(owed) = s.owed.take() {
                 owed.arrived(Instant::now());
             }

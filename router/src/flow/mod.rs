@@ -12,9 +12,17 @@
 //! 3. Otherwise it goes on at once, holding a [`Grant`] until its response ends.
 //!
 //! The dispatcher task ([`FlowControl::run`]) releases queued requests while the pool is not
-//! saturated: woken when a request ends (capacity freed), on each queue's next deadline, and
-//! every [`TICK`] while anything waits (engine load changes with scrapes, which nothing
-//! announces). A queued request whose client goes away leaves the queue at once.
+//! saturated: woken when a request ends (capacity freed) or gets its first token (its prefill
+//! is done), on each queue's next deadline, and every [`TICK`] while anything waits (engine
+//! load changes with scrapes, which nothing announces). A queued request whose client goes
+//! away leaves the queue at once.
+//!
+//! Latency isolation: a tenant under its fair share of the pool's slots
+//! ([`saturation::under_share`]) may take `saturation.headroom_requests` slots above the regular
+//! bound, straight away when it has nothing queued, and from the head of the queue otherwise;
+//! queued work of every other tenant also waits while the prompt tokens admitted but not yet at
+//! their first token reach `saturation.max_pending_prefill_tokens` per replica, so that a light
+//! tenant's prefill shares its engine step with a bounded amount of a backlog's prefills.
 //!
 //! A request is charged at dispatch its prompt tokens plus its expected output (`max_tokens`,
 //! capped by `flow.expected_output_tokens`), or 1 with `fairness: requests`; when its response
@@ -77,6 +85,11 @@ struct State {
 struct ModelFlow {
     queue: Option<FlowQueue<Waiter>>,
     admitted: Admitted,
+    /// Of `admitted`, the requests that have no first token yet, and their prompt tokens
+    /// (uncached, once the replica choice has said): prefill work still ahead in the engines.
+    prefilling: Admitted,
+    /// Of `prefilling`, the requests admitted while their tenant was under its share.
+    light_prefilling: u32,
     /// Requests in flight per tenant (entries go at zero, so the map holds at most one entry
     /// per admitted request).
     tenants: HashMap<Arc<str>, u32>,
@@ -211,7 +224,14 @@ impl FlowControl {
             let mut st = self.shared.state.lock();
             let State { limiters, models } = &mut *st;
             for (model, m) in models.iter_mut() {
-                let Some(q) = m.queue.as_mut() else { continue };
+                let ModelFlow {
+                    queue,
+                    admitted,
+                    prefilling,
+                    light_prefilling,
+                    tenants,
+                } = m;
+                let Some(q) = queue.as_mut() else { continue };
                 if q.is_empty() {
                     continue;
                 }
@@ -219,18 +239,34 @@ impl FlowControl {
                     refuse_entry(limiters, &self.shared.metrics, e, Reason::TtlExpired);
                 }
                 let candidates = table.candidates(model);
-                while !q.is_empty() {
+                let ready = candidates.map_or(0, |c| saturation::ready(c, now));
+                let bounds = &flow.saturation;
+                let headroom = saturation::with_headroom(bounds);
+                let isolating = isolating(bounds);
+                while let Some(head) = q.peek() {
+                    // The head is next in fair order whatever happens; these rules only say
+                    // whether it goes now.
+                    let light =
+                        isolating && under_share(tenants, &head.seed.tenant.name, bounds, ready);
+                    let held = if light {
+                        headroom.as_ref().unwrap_or(bounds)
+                    } else {
+                        bounds
+                    };
                     let saturated = flow.enabled
                         && candidates.is_some_and(|c| {
-                            saturation::saturated(
-                                c,
-                                &flow.saturation,
-                                m.admitted,
-                                table.stale_after,
-                                now,
-                            )
+                            saturation::saturated(c, held, *admitted, table.stale_after, now)
                         });
-                    if saturated {
+                    if saturated
+                        || (flow.enabled
+                            && !light
+                            && saturation::prefill_gated(
+                                bounds,
+                                prefilling.tokens,
+                                *light_prefilling,
+                                ready,
+                            ))
+                    {
                         break;
                     }
                     let d = q.pop(now).expect("a non-empty queue pops");
@@ -247,10 +283,9 @@ impl FlowControl {
                             path: "queued",
                         })
                         .inc();
-                    m.admitted.requests += 1;
-                    m.admitted.tokens += seed.tokens;
-                    *m.tenants.entry(seed.tenant.name.clone()).or_default() += 1;
-                    let grant = self.grant(model.clone(), seed, Some(d.ticket));
+                    count_in(admitted, prefilling, tenants, &seed);
+                    *light_prefilling += u32::from(light);
+                    let grant = self.grant(model.clone(), seed, Some(d.ticket), light);
                     if let Err(Ok(permit)) = tx.send(Ok(grant)) {
                         undelivered.push(permit);
                     }
@@ -261,11 +296,13 @@ impl FlowControl {
         drop(undelivered);
     }
 
-    fn grant(&self, model: Arc<str>, seed: Seed, ticket: Option<Ticket>) -> Permit {
+    fn grant(&self, model: Arc<str>, seed: Seed, ticket: Option<Ticket>, light: bool) -> Permit {
         Permit(Some(Arc::new(Grant {
             shared: self.shared.clone(),
             model,
             uncached: AtomicU64::new(seed.prompt_tokens),
+            prefilling: AtomicU64::new(seed.prompt_tokens),
+            light,
             output: AtomicU64::new(UNKNOWN),
             seed: Some(seed),
             ticket,
@@ -311,12 +348,9 @@ impl FlowControl {
         saturated: &dyn Fn(&SaturationConfig, Admitted) -> bool,
         now: Instant,
     ) -> bool {
-        let (Some(max), headroom) = (bounds.max_inflight_requests, bounds.headroom_requests) else {
+        let Some(wider) = saturation::with_headroom(bounds) else {
             return false;
         };
-        if headroom == 0 {
-            return false;
-        }
         let queued = m
             .queue
             .as_ref()
@@ -325,17 +359,61 @@ impl FlowControl {
         if queued {
             return false;
         }
-        let wider = SaturationConfig {
-            max_inflight_requests: Some(max.saturating_add(headroom)),
-            ..bounds.clone()
-        };
         if saturated(&wider, m.admitted) {
             return false;
         }
-        let ready = candidates.map_or(0, |c| saturation::ready(c, now)) as u64;
-        let in_flight = m.tenants.get(&tenant.name).copied().unwrap_or(0);
-        let sharing = m.tenants.len() as u64 + u64::from(in_flight == 0);
-        u64::from(in_flight) < (u64::from(max) * ready / sharing.max(1)).max(1)
+        let ready = candidates.map_or(0, |c| saturation::ready(c, now));
+        under_share(&m.tenants, &tenant.name, bounds, ready)
+    }
+}
+
+/// Whether any rule that puts tenants under their share first is configured (only then is a
+/// request's share looked at).
+fn isolating(bounds: &SaturationConfig) -> bool {
+    (bounds.headroom_requests > 0 && bounds.max_inflight_requests.is_some())
+        || bounds.max_pending_prefill_tokens.is_some()
+        || bounds.light_prefill_first
+}
+
+/// Whether `tenant` has fewer requests in flight for this model than its even share of the
+/// pool's regular slots ([`saturation::under_share`]).
+fn under_share(
+    tenants: &HashMap<Arc<str>, u32>,
+    tenant: &str,
+    bounds: &SaturationConfig,
+    ready: usize,
+) -> bool {
+    let in_flight = tenants.get(tenant).copied().unwrap_or(0);
+    let sharing = tenants.len() as u64 + u64::from(in_flight == 0);
+    saturation::under_share(bounds, ready, in_flight, sharing)
+}
+
+/// A request of `seed` is admitted: it counts in flight, and its prompt as prefill ahead (the
+/// fields of a [`ModelFlow`], apart so that its queue can stay borrowed).
+fn count_in(
+    admitted: &mut Admitted,
+    prefilling: &mut Admitted,
+    tenants: &mut HashMap<Arc<str>, u32>,
+    seed: &Seed,
+) {
+    admitted.requests += 1;
+    admitted.tokens += seed.tokens;
+    prefilling.requests += 1;
+    prefilling.tokens += seed.prompt_tokens;
+    *tenants.entry(seed.tenant.name.clone()).or_default() += 1;
+}
+
+impl ModelFlow {
+    /// `tokens` of the prefill counted for a request are done (or were never needed); `last`
+    /// when the request's prefill is over, `light` if it was admitted under its share.
+    fn prefilled(&mut self, tokens: u64, last: bool, light: bool) {
+        self.prefilling.tokens = self.prefilling.tokens.saturating_sub(tokens);
+        if last {
+            self.prefilling.requests = self.prefilling.requests.saturating_sub(1);
+            if light {
+                self.light_prefilling = self.light_prefilling.saturating_sub(1);
+            }
+        }
     }
 }
 
@@ -441,9 +519,18 @@ impl Admission for FlowControl {
             None
         };
         if let Some(path) = path {
-            m.admitted.requests += 1;
-            m.admitted.tokens += tokens;
-            *m.tenants.entry(tenant.name.clone()).or_default() += 1;
+            // A request on the headroom is under its share by that rule; one going straight on
+            // is looked at only when a rule needs to know.
+            let light = path == "headroom"
+                || (isolating(&flow.saturation)
+                    && under_share(
+                        &m.tenants,
+                        &tenant.name,
+                        &flow.saturation,
+                        candidates.map_or(0, |c| saturation::ready(c, now)),
+                    ));
+            count_in(&mut m.admitted, &mut m.prefilling, &mut m.tenants, &seed);
+            m.light_prefilling += u32::from(light);
             drop(st);
             metrics
                 .dispatched
@@ -452,7 +539,7 @@ impl Admission for FlowControl {
                     path,
                 })
                 .inc();
-            return Admit::Now(self.grant(model, seed, None));
+            return Admit::Now(self.grant(model, seed, None, light));
         }
         if sheddable {
             limiters.release(seed.limit, None);
@@ -621,15 +708,59 @@ struct Grant {
     seed: Option<Seed>,
     ticket: Option<Ticket>,
     uncached: AtomicU64,
+    /// Prompt tokens this request counts in its model's `prefilling`; [`PREFILLED`] once its
+    /// first token came (or it ended without one). Changed only under the state lock, so that
+    /// it and the model's count move together.
+    prefilling: AtomicU64,
+    /// Admitted while its tenant was under its share (`light_prefill_first` holds others'
+    /// queued work until its first token).
+    light: bool,
     output: AtomicU64,
+}
+
+/// A grant whose prefill no longer counts.
+const PREFILLED: u64 = u64::MAX;
+
+impl Grant {
+    /// Lowers this request's pending prefill to `tokens` (all of it done when [`PREFILLED`]).
+    fn prefill_down_to(&self, tokens: u64) {
+        let lower = |before: u64| before != PREFILLED && (tokens == PREFILLED || tokens < before);
+        // Without the lock first: a prompt with nothing cached changes nothing.
+        if !lower(self.prefilling.load(Ordering::Relaxed)) {
+            return;
+        }
+        {
+            let mut st = self.shared.state.lock();
+            let before = self.prefilling.load(Ordering::Relaxed);
+            if !lower(before) {
+                return;
+            }
+            self.prefilling.store(tokens, Ordering::Relaxed);
+            if let Some(m) = st.models.get_mut(&self.model) {
+                let last = tokens == PREFILLED;
+                m.prefilled(
+                    if last { before } else { before - tokens },
+                    last,
+                    self.light,
+                );
+            }
+        }
+        // Prefill work left the pool: queued work held back by it may go.
+        self.shared.wake.notify_one();
+    }
 }
 
 impl Held for Grant {
     fn set_uncached_prompt(&self, tokens: u64) {
         self.uncached.store(tokens, Ordering::Relaxed);
+        // Cached prompt tokens are no prefill work.
+        self.prefill_down_to(tokens);
     }
     fn set_output(&self, tokens: u64) {
         self.output.store(tokens, Ordering::Relaxed);
+    }
+    fn first_token(&self) {
+        self.prefill_down_to(PREFILLED);
     }
 }
 
@@ -647,6 +778,11 @@ impl Drop for Grant {
             let State { limiters, models } = &mut *st;
             limiters.release(seed.limit, Some(used));
             if let Some(m) = models.get_mut(&self.model) {
+                let prefilling = self.prefilling.swap(PREFILLED, Ordering::Relaxed);
+                if prefilling != PREFILLED {
+                    // Ended without a first token (failed, refused, or not streamed).
+                    m.prefilled(prefilling, true, self.light);
+                }
                 m.admitted.requests = m.admitted.requests.saturating_sub(1);
                 m.admitted.tokens = m.admitted.tokens.saturating_sub(seed.tokens);
                 if let Some(n) = m.tenants.get_mut(&seed.tenant.name) {

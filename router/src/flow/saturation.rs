@@ -12,8 +12,15 @@
 //!
 //! With no ready replica the pool is not saturated: the request goes on and is answered 503,
 //! instead of waiting for a fleet that is not there.
+//!
+//! Two rules put tenants under their fair share ([`under_share`]) ahead of a backlog without
+//! reordering the queue: they may use `headroom_requests` slots above the regular bound
+//! ([`with_headroom`]), and they are not held by the bound on prefill work still ahead in the
+//! engines ([`prefill_gated`]), which holds back everyone else's queued work. And since the
+//! bounds are the pool's, the replica choice passes over a replica at its share of them while
+//! another has room ([`replica_full_at`]).
 
-use crate::config::SaturationConfig;
+use crate::config::{FlowConfig, SaturationConfig};
 use crate::state::replica::ReplicaState;
 use crate::state::table::Candidate;
 use std::time::{Duration, Instant};
@@ -99,4 +106,55 @@ pub fn replica_saturated(
         }
         None => bounds.stale_metrics_saturate && r.has_reported_load(),
     }
+}
+
+/// Requests in flight at which the replica choice passes a replica over while another has
+/// room: flow control's per-replica request bound with its headroom, when flow control is on.
+pub fn replica_full_at(flow: &FlowConfig) -> Option<u32> {
+    let s = &flow.saturation;
+    flow.enabled
+        .then_some(s.max_inflight_requests?)
+        .map(|max| max.saturating_add(s.headroom_requests))
+}
+
+/// `bounds` with `headroom_requests` more requests per replica: the bound tenants under their
+/// fair share are held to. `None` when there is no headroom (no request bound, or 0).
+pub fn with_headroom(bounds: &SaturationConfig) -> Option<SaturationConfig> {
+    let max = bounds.max_inflight_requests?;
+    (bounds.headroom_requests > 0).then(|| SaturationConfig {
+        max_inflight_requests: Some(max.saturating_add(bounds.headroom_requests)),
+        ..bounds.clone()
+    })
+}
+
+/// Whether a tenant with `in_flight` requests is under its fair share of the pool's regular
+/// slots (`max_inflight_requests` per ready replica), split evenly among `sharing` tenants
+/// (those with requests in flight, counting this one). Always false without a request bound:
+/// there are no slots to share.
+pub fn under_share(bounds: &SaturationConfig, ready: usize, in_flight: u32, sharing: u64) -> bool {
+    let Some(max) = bounds.max_inflight_requests else {
+        return false;
+    };
+    u64::from(in_flight) < (u64::from(max) * ready as u64 / sharing.max(1)).max(1)
+}
+
+/// Whether queued work of a tenant at or over its share must wait because `pending_tokens`
+/// prompt tokens admitted to the pool still wait for their first token: at most
+/// `max_pending_prefill_tokens` per ready replica. The check is before the dispatch, so one
+/// prompt longer than the bound still goes when the pool has no prefill pending below it.
+/// With `light_prefill_first`, also while `light_pending` requests of tenants under their share
+/// wait for their first token.
+pub fn prefill_gated(
+    bounds: &SaturationConfig,
+    pending_tokens: u64,
+    light_pending: u32,
+    ready: usize,
+) -> bool {
+    if ready == 0 {
+        return false;
+    }
+    (bounds.light_prefill_first && light_pending > 0)
+        || bounds
+            .max_pending_prefill_tokens
+            .is_some_and(|max| pending_tokens >= max.saturating_mul(ready as u64))
 }

@@ -1,6 +1,9 @@
-//! Saturation on real replica state (registry, table) with the signals set by hand.
+//! Saturation on real replica state (registry, table) with the signals set by hand, and the
+//! pure rules that put tenants under their share ahead of a backlog.
 
-use super::saturation::{saturated, Admitted};
+use super::saturation::{
+    prefill_gated, replica_full_at, saturated, under_share, with_headroom, Admitted,
+};
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
 use crate::state::replica::{InflightGuard, ReplicaRegistry};
@@ -78,6 +81,8 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
     let bounds = SaturationConfig {
         max_inflight_requests: Some(2),
         headroom_requests: 0,
+        light_prefill_first: false,
+        max_pending_prefill_tokens: None,
         max_inflight_tokens: Some(1000),
         max_waiting_requests: None,
         max_kv_usage: None,
@@ -100,4 +105,73 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
     assert!(!saturated(c, &bounds, admitted(0, 0), STALE, now));
     let _c = InflightGuard::new(reg.get("r1").unwrap(), 1000, 10);
     assert!(saturated(c, &bounds, admitted(0, 0), STALE, now));
+}
+
+#[test]
+fn headroom_widens_the_request_bound_only_when_set() {
+    let mut bounds = SaturationConfig {
+        max_inflight_requests: Some(14),
+        headroom_requests: 2,
+        ..SaturationConfig::default()
+    };
+    let wider = with_headroom(&bounds).expect("headroom set");
+    assert_eq!(wider.max_inflight_requests, Some(16));
+    assert_eq!(wider.max_waiting_requests, bounds.max_waiting_requests);
+    bounds.headroom_requests = 0;
+    assert!(with_headroom(&bounds).is_none());
+    bounds.headroom_requests = 2;
+    bounds.max_inflight_requests = None;
+    assert!(with_headroom(&bounds).is_none(), "no slots, no headroom");
+}
+
+#[test]
+fn a_share_is_the_regular_slots_split_evenly() {
+    let bounds = SaturationConfig {
+        max_inflight_requests: Some(14),
+        ..SaturationConfig::default()
+    };
+    // 2 replicas × 14 slots between 2 tenants: 14 each.
+    assert!(under_share(&bounds, 2, 13, 2));
+    assert!(!under_share(&bounds, 2, 14, 2));
+    // A tenant alone may fill the pool.
+    assert!(under_share(&bounds, 2, 27, 1));
+    // More tenants than slots: everyone's share is still one request.
+    assert!(under_share(&bounds, 1, 0, 100));
+    assert!(!under_share(&bounds, 1, 1, 100));
+    let unbounded = SaturationConfig {
+        max_inflight_requests: None,
+        ..bounds
+    };
+    assert!(!under_share(&unbounded, 2, 0, 2), "no slots to share");
+}
+
+#[test]
+fn pending_prefill_holds_queued_work_per_ready_replica() {
+    let mut bounds = SaturationConfig::default();
+    assert!(!prefill_gated(&bounds, u64::MAX, 0, 2), "no bound");
+    bounds.max_pending_prefill_tokens = Some(256);
+    assert!(!prefill_gated(&bounds, 511, 0, 2));
+    assert!(prefill_gated(&bounds, 512, 0, 2), "256 per replica × 2");
+    assert!(prefill_gated(&bounds, 256, 0, 1));
+    // Nothing pending: a prompt longer than the bound still goes.
+    assert!(!prefill_gated(&bounds, 0, 0, 1));
+    assert!(
+        !prefill_gated(&bounds, 10_000, 0, 0),
+        "no ready replica: the 503 path decides"
+    );
+}
+
+#[test]
+fn a_replica_is_full_at_its_bound_with_headroom_when_flow_control_is_on() {
+    let mut flow = crate::config::FlowConfig {
+        enabled: true,
+        ..Default::default()
+    };
+    assert_eq!(replica_full_at(&flow), None, "no request bound");
+    flow.saturation.max_inflight_requests = Some(14);
+    assert_eq!(replica_full_at(&flow), Some(14));
+    flow.saturation.headroom_requests = 2;
+    assert_eq!(replica_full_at(&flow), Some(16));
+    flow.enabled = false;
+    assert_eq!(replica_full_at(&flow), None, "flow control off");
 }
