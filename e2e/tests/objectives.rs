@@ -116,8 +116,8 @@ async fn an_objectives_priority_orders_a_saturated_queue_and_follows_its_changes
     let sends = [None, None, None, None, Some("chat")];
     let labels = sends.map(|o| o.unwrap_or("plain"));
     let done = warmpath_testkit::finishing_order(&labels, |i| send_as(addr, sends[i])).await;
-    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
-    for (_, r) in &done {
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{order:?}: {}", r.body);
     }
     let chat = order.iter().position(|n| *n == "chat4").unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use warmpath_testkit::{completion_answer, Recorder};
 
 /// One replica that serves one request at a time for the router (`max_inflight_requests: 1`),
@@ -174,7 +174,7 @@ async fn untrusted_peers_cannot_name_a_tenant() {
 }
 
 /// Completion order of requests sent 15 ms apart, each by its tenant.
-async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply)> {
+async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply, Instant)> {
     let tenants: Vec<&str> = sends.iter().map(|(t, _)| *t).collect();
     let sends = sends.to_vec();
     finishing_order(&tenants, |i| as_tenant(addr, sends[i].0, sends[i].1)).await
@@ -190,8 +190,8 @@ async fn a_saturated_pool_queues_and_serves_tenants_fairly() {
         &[("a", 40), ("a", 40), ("a", 40), ("a", 40), ("b", 40)],
     )
     .await;
-    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
-    for (_, r) in &done {
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let b = order.iter().position(|n| *n == "b4").unwrap();
@@ -226,7 +226,7 @@ async fn a_light_tenant_uses_the_headroom_beside_a_flood() {
     // `a` holds the one regular slot and queues two more; `b`, with nothing in flight, starts
     // at once in the headroom instead of waiting for a's first request to end.
     let done = run_all(s.router.addr, &[("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
-    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
     let b = order.iter().position(|n| *n == "b3").unwrap();
     assert!(b <= 1, "b waited for a slot: {order:?}");
     let m = router_metrics(s.router.admin_addr).await;
@@ -268,8 +268,8 @@ async fn higher_priority_goes_first_and_sheddable_work_is_refused() {
         ],
     )
     .await;
-    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
-    let shed = done.iter().find(|(n, _)| n == "batch4").unwrap();
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    let shed = done.iter().find(|(n, _, _)| n == "batch4").unwrap();
     dropped(&shed.1, "saturated", "rejected-saturated");
     let urgent = order.iter().position(|n| *n == "urgent3").unwrap();
     let last_low = order.iter().position(|n| *n == "low2").unwrap();
@@ -289,7 +289,7 @@ async fn full_queues_refuse_and_waiting_too_long_expires() {
     // The first runs ~400 ms; the second waits and expires at 300 ms; the third finds a's
     // queue share (1) full.
     let done = run_all(s.router.addr, &[("a", 80), ("a", 80), ("a", 80)]).await;
-    let by_name = |n: &str| &done.iter().find(|(m, _)| m == n).unwrap().1;
+    let by_name = |n: &str| &done.iter().find(|(m, _, _)| m == n).unwrap().1;
     assert_eq!(by_name("a0").status, 200);
     dropped(by_name("a2"), "queue-full", "rejected-saturated");
     dropped(by_name("a1"), "ttl-expired", "rejected-ttl-expired");
@@ -355,8 +355,8 @@ async fn a_high_priority_objective_goes_before_earlier_low_ones_of_the_same_tena
         "later", "later", "later", "later", "chat", "offline", "nonesuch",
     ];
     let done = finishing_order(&sends, |i| with_objective(addr, "a", sends[i])).await;
-    let order: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
-    for (_, r) in &done {
+    let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{order:?}: {}", r.body);
     }
     let chat = order.iter().position(|n| *n == "chat4").unwrap();

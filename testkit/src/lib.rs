@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Send requests 15 ms apart in the order given (`send(i)` is the i-th) and return their
-/// labels (`label` and the index, `"a0"`) and replies in the order they finished: for tests of
-/// the order a queue serves them in.
+/// labels (`label` and the index, `"a0"`), replies and the instants they finished, in the order
+/// they finished: for tests of the order a queue serves them in.
 pub async fn finishing_order<Fut>(
     labels: &[&str],
     send: impl Fn(usize) -> Fut,
-) -> Vec<(String, Reply)>
+) -> Vec<(String, Reply, std::time::Instant)>
 where
     Fut: std::future::Future<Output = Reply> + Send + 'static,
 {
@@ -43,7 +43,7 @@ where
         done.push(t.await.expect("request task"));
     }
     done.sort_by_key(|(_, _, at)| *at);
-    done.into_iter().map(|(n, r, _)| (n, r)).collect()
+    done
 }
 
 /// A loopback port nothing listens on now (the OS's pick, released for a process to bind).
