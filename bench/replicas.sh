@@ -43,7 +43,9 @@
 # REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there),
 # SCHEDULING_EXTRA (a line added under the routers' `scheduling:`, e.g.
 # "placement: { new_prefix_slack: 1.5 }"), SESSIONS_EXTRA (added to the sessions-* routers'
-# `sessions:` map, e.g. "max_extra_queue: 2").
+# `sessions:` map, e.g. "max_extra_queue: 2"), INDEX_EXTRA and FLOW_EXTRA (the warmpath routers'
+# `index:` and `flow:` maps, e.g. INDEX_EXTRA="pending_max_blocks: 0" or
+# FLOW_EXTRA="enabled: true, saturation: { max_waiting_requests: 1 }").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -150,6 +152,8 @@ router_yaml() { # precise|approx|sessions|sessionmap|predicted k
     sessions|sessionmap) echo "sessions: { key_file: \"$WORK/session-key\"${SESSIONS_EXTRA:+, $SESSIONS_EXTRA} }" ;;
     *) echo "sessions: { enabled: false }" ;;
   esac
+  [ -z "${INDEX_EXTRA:-}" ] || echo "index: { $INDEX_EXTRA }"
+  [ -z "${FLOW_EXTRA:-}" ] || echo "flow: { $FLOW_EXTRA }"
   echo "scheduling:"
   if [ "$1" = predicted ]; then echo "  policy: predicted_ttft"; else echo "  policy: prefix"; fi
   [ -z "${SCHEDULING_EXTRA:-}" ] || echo "  $SCHEDULING_EXTRA"
