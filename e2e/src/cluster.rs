@@ -178,9 +178,10 @@ impl TestCluster {
         cmd
     }
 
-    /// Applies every CRD file in `dir` with server-side apply under one field manager (so that
-    /// concurrent tests agree on who owns these cluster-scoped objects) and waits until each is
-    /// established. Files are named `<plural>.<group>.yaml`, as `crds/` is. Returns the files.
+    /// Applies every CRD file (`*.yaml`) in `dir` with server-side apply under one field manager
+    /// (so that concurrent tests agree on who owns these cluster-scoped objects) and waits until
+    /// each is established, by the name in its `metadata.name` (so that other projects' files keep
+    /// their own names). Returns the files.
     pub fn apply_crds(&self, dir: &Path) -> Result<Vec<PathBuf>, E2eError> {
         let files = crate::chart::list_yaml_files(dir)?;
         for file in &files {
@@ -197,7 +198,9 @@ impl TestCluster {
             )?;
         }
         for file in &files {
-            let name = file.file_stem().unwrap_or_default().to_string_lossy();
+            let text = std::fs::read_to_string(file).map_err(|e| E2eError::io(file, e))?;
+            let crd: serde_yaml::Value = serde_yaml::from_str(&text)?;
+            let name = crd["metadata"]["name"].as_str().unwrap_or_default();
             run(
                 self.kubectl()
                     .args(["wait", "--for=condition=Established", "--timeout=30s"])

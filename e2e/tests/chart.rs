@@ -653,30 +653,9 @@ async fn values_matrix_renders_and_applies_with_server_side_dry_run() {
     );
     // ServiceMonitors and PrometheusRules need prometheus-operator's CRDs; copies are
     // installed (shared by all tests, never deleted: cluster-scoped and identical every time).
-    run(
-        cluster
-            .kubectl()
-            .args([
-                "apply",
-                "--server-side",
-                "--field-manager=warmpath-e2e",
-                "-f",
-            ])
-            .arg(repo_root().join("e2e/fixtures/monitoring")),
-        None,
-    )
-    .expect("prometheus-operator CRDs");
-    run(
-        cluster.kubectl().args([
-            "wait",
-            "--for=condition=Established",
-            "--timeout=30s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ]),
-        None,
-    )
-    .expect("prometheus-operator CRDs established");
+    cluster
+        .apply_crds(&repo_root().join("e2e/fixtures/monitoring"))
+        .expect("prometheus-operator CRDs, established");
 
     for case in matrix(ns.name()) {
         let args: Vec<&str> = case.args.iter().map(String::as_str).collect();

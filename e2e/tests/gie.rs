@@ -72,6 +72,22 @@ async fn wait_pool(
     }
 }
 
+/// Until the warmpath pool `llm` is gone (`what`) and the router no longer serves its model.
+async fn pool_and_model_gone(
+    client: &kube::Client,
+    ns: &str,
+    router: &warmpath_router::RouterHandle,
+    what: &str,
+) {
+    wait_pool(client, ns, "llm", what, |p| p.is_none()).await;
+    wait_for(
+        "the model to leave the table",
+        Duration::from_secs(10),
+        || !router.table().serves("tiny"),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
     let Some(ns) = TestNamespace::create("gie-pool").await else {
@@ -170,20 +186,7 @@ async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
         )
         .await
         .unwrap();
-    wait_pool(
-        &client,
-        &n,
-        "llm",
-        "the pool to go with the annotation",
-        |p| p.is_none(),
-    )
-    .await;
-    wait_for(
-        "the model to leave the table",
-        Duration::from_secs(10),
-        || !router.table().serves("tiny"),
-    )
-    .await;
+    pool_and_model_gone(&client, &n, &router, "the pool to go with the annotation").await;
     // An event on the GIE pool says what to add.
     wait_event(&client, &n, "NotMirrored").await;
 
@@ -209,20 +212,7 @@ async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
         .delete("llm", &DeleteParams::default())
         .await
         .unwrap();
-    wait_pool(
-        &client,
-        &n,
-        "llm",
-        "the pool to go with the GIE pool",
-        |p| p.is_none(),
-    )
-    .await;
-    wait_for(
-        "the model to leave the table",
-        Duration::from_secs(10),
-        || !router.table().serves("tiny"),
-    )
-    .await;
+    pool_and_model_gone(&client, &n, &router, "the pool to go with the GIE pool").await;
 
     // A hand-written warmpath pool on the name is left alone, and an event says so.
     create_pool(&client, &n, "taken", None, pods.port).await;

@@ -243,9 +243,8 @@ pub async fn apply_gie_crd(cluster: &warmpath_e2e::TestCluster, client: &kube::C
     apply_foreign_crd(
         cluster,
         client,
-        "gie/inference.networking.k8s.io_inferencepools.yaml",
-        "inference.networking.k8s.io",
-        "v1",
+        "gie",
+        "inference.networking.k8s.io/v1",
         "inferencepools",
     )
     .await
@@ -257,52 +256,30 @@ pub async fn apply_llmd_objective_crd(cluster: &warmpath_e2e::TestCluster, clien
     apply_foreign_crd(
         cluster,
         client,
-        "llm-d/llm-d.ai_inferenceobjectives.yaml",
-        "llm-d.ai",
-        "v1alpha2",
+        "llm-d",
+        "llm-d.ai/v1alpha2",
         "inferenceobjectives",
     )
     .await
 }
 
-/// Another project's CRD from `e2e/fixtures/<fixture>`: applied, Established, and listed by API
-/// discovery under `group/version` (what the watching component checks at start).
+/// Another project's CRD from `e2e/fixtures/<fixture>/`: applied and Established
+/// ([`warmpath_e2e::TestCluster::apply_crds`]), then listed by API discovery under
+/// `group_version` (what the watching component checks at start).
 async fn apply_foreign_crd(
     cluster: &warmpath_e2e::TestCluster,
     client: &kube::Client,
     fixture: &str,
-    group: &str,
-    version: &str,
+    group_version: &str,
     plural: &str,
 ) {
-    let file = warmpath_e2e::repo_root().join("e2e/fixtures").join(fixture);
-    warmpath_e2e::run(
-        cluster
-            .kubectl()
-            .args([
-                "apply",
-                "--server-side",
-                "--field-manager=warmpath-e2e",
-                "-f",
-            ])
-            .arg(&file),
-        None,
-    )
-    .unwrap_or_else(|e| panic!("apply {fixture}: {e}"));
-    warmpath_e2e::run(
-        cluster.kubectl().args([
-            "wait",
-            "--for=condition=Established",
-            "--timeout=30s",
-            &format!("crd/{plural}.{group}"),
-        ]),
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{plural}.{group} not established: {e}"));
+    cluster
+        .apply_crds(&warmpath_e2e::repo_root().join("e2e/fixtures").join(fixture))
+        .unwrap_or_else(|e| panic!("apply the CRD in e2e/fixtures/{fixture}: {e}"));
     let start = Instant::now();
     loop {
         let served = client
-            .list_api_group_resources(&format!("{group}/{version}"))
+            .list_api_group_resources(group_version)
             .await
             .is_ok_and(|l| l.resources.iter().any(|r| r.name == plural));
         if served {
@@ -310,7 +287,7 @@ async fn apply_foreign_crd(
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "{group}/{version} {plural} not in API discovery after 30 s"
+            "{group_version} {plural} not in API discovery after 30 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -116,7 +116,7 @@ pub fn choose_among(
     // Flow control admits against the pool's total, so one replica can hold more than its
     // share of it: one at its bound is passed over while another has room, or the request
     // waits in its engine for a slot (behind none of the fair queue's order) while one is free.
-    if let Some(full) = crate::flow::saturation::replica_full_at(&table.config.flow) {
+    if let Some(full) = table.config.flow.replica_full_at() {
         if ready.len() > 1 && ready.iter().any(|c| c.replica.inflight_requests() >= full) {
             let room: Vec<&Candidate> = ready
                 .iter()

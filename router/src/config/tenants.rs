@@ -326,7 +326,24 @@ impl Default for SaturationConfig {
     }
 }
 
+impl SaturationConfig {
+    /// The per-replica request bound of tenants under their fair share:
+    /// `max_inflight_requests + headroom_requests` (none without a request bound).
+    pub fn bound_with_headroom(&self) -> Option<u32> {
+        self.max_inflight_requests
+            .map(|max| max.saturating_add(self.headroom_requests))
+    }
+}
+
 impl FlowConfig {
+    /// Requests in flight at which the replica choice passes a replica over while another has
+    /// room: the request bound with its headroom, when flow control is on.
+    pub fn replica_full_at(&self) -> Option<u32> {
+        self.enabled
+            .then(|| self.saturation.bound_with_headroom())
+            .flatten()
+    }
+
     pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
         let flow = |e: warmpath_flow::ConfigError, section: &'static str| {
             let field = e.field().into_iter().fold(at.key(section), |p, k| p.key(k));

@@ -18,9 +18,9 @@
 //! ([`with_headroom`]), and they are not held by the bound on prefill work still ahead in the
 //! engines ([`prefill_gated`]), which holds back everyone else's queued work. And since the
 //! bounds are the pool's, the replica choice passes over a replica at its share of them while
-//! another has room ([`replica_full_at`]).
+//! another has room ([`crate::config::FlowConfig::replica_full_at`]).
 
-use crate::config::{FlowConfig, SaturationConfig};
+use crate::config::SaturationConfig;
 use crate::state::replica::ReplicaState;
 use crate::state::table::Candidate;
 use std::time::{Duration, Instant};
@@ -108,21 +108,12 @@ pub fn replica_saturated(
     }
 }
 
-/// Requests in flight at which the replica choice passes a replica over while another has
-/// room: flow control's per-replica request bound with its headroom, when flow control is on.
-pub fn replica_full_at(flow: &FlowConfig) -> Option<u32> {
-    let s = &flow.saturation;
-    flow.enabled
-        .then_some(s.max_inflight_requests?)
-        .map(|max| max.saturating_add(s.headroom_requests))
-}
-
 /// `bounds` with `headroom_requests` more requests per replica: the bound tenants under their
 /// fair share are held to. `None` when there is no headroom (no request bound, or 0).
 pub fn with_headroom(bounds: &SaturationConfig) -> Option<SaturationConfig> {
-    let max = bounds.max_inflight_requests?;
+    let wider = bounds.bound_with_headroom()?;
     (bounds.headroom_requests > 0).then(|| SaturationConfig {
-        max_inflight_requests: Some(max.saturating_add(bounds.headroom_requests)),
+        max_inflight_requests: Some(wider),
         ..bounds.clone()
     })
 }

@@ -1,9 +1,7 @@
 //! Saturation on real replica state (registry, table) with the signals set by hand, and the
 //! pure rules that put tenants under their share ahead of a backlog.
 
-use super::saturation::{
-    prefill_gated, replica_full_at, saturated, under_share, with_headroom, Admitted,
-};
+use super::saturation::{prefill_gated, saturated, under_share, with_headroom, Admitted};
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
 use crate::state::replica::{InflightGuard, ReplicaRegistry};
@@ -167,11 +165,11 @@ fn a_replica_is_full_at_its_bound_with_headroom_when_flow_control_is_on() {
         enabled: true,
         ..Default::default()
     };
-    assert_eq!(replica_full_at(&flow), None, "no request bound");
+    assert_eq!(flow.replica_full_at(), None, "no request bound");
     flow.saturation.max_inflight_requests = Some(14);
-    assert_eq!(replica_full_at(&flow), Some(14));
+    assert_eq!(flow.replica_full_at(), Some(14));
     flow.saturation.headroom_requests = 2;
-    assert_eq!(replica_full_at(&flow), Some(16));
+    assert_eq!(flow.replica_full_at(), Some(16));
     flow.enabled = false;
-    assert_eq!(replica_full_at(&flow), None, "flow control off");
+    assert_eq!(flow.replica_full_at(), None, "flow control off");
 }
