@@ -12,6 +12,8 @@
 #   sglang-1, sglang-N     the SGLang gateway, cache_aware with the tuned balance thresholds
 #                          (bench/results/sglang-tuned-args), 1 or ROUTERS gateways
 #   nginx-rr               nginx round-robin straight over the engines (no router: the floor)
+#   shadow-N               (when named) precise-N's N routers running, nginx sending to the first
+#                          only: one router's decisions with N routers' CPU use (a diagnosis)
 # and, when named in SYSTEMS (bench/sessions.sh names them, for issue 15):
 #   sessions-1, sessions-N warmpath `prefix` with the approximate index and session affinity, the
 #                          client echoing each session's `x-session-token`
@@ -221,14 +223,18 @@ start_front() { # system seed
       local i
       for i in $(seq 0 $((REPLICAS - 1))); do upstream+=("127.0.0.1:$((SIM_PORT + i))"); done
       ;;
-    precise-*|approx-*|sessions-*|sessionmap-*|predicted-*)
+    precise-*|approx-*|sessions-*|sessionmap-*|predicted-*|shadow-*)
+      # shadow-N: N event-fed routers started, nginx sending to the first only: one router's
+      # routing with N routers' CPU use on this machine.
+      [ "$kind" = shadow ] && kind=precise
       for k in $(seq 0 $((n - 1))); do
         router_yaml "$kind" "$k" > "$WORK/router-$k.yaml"
         cp "$WORK/router-$k.yaml" "$RESULTS/configs/$kind-router-$k.yaml"
         note_cmd "$BIN/warmpath-router --config configs/$kind-router-$k.yaml"
         "$BIN/warmpath-router" --config "$WORK/router-$k.yaml" >"$WORK/front-$k.log" 2>&1 &
         FRONT_PIDS+=($!); started_pid $!
-        upstream+=("127.0.0.1:$((ROUTER_PORT + k))")
+        case $system in shadow-*) [ "$k" = 0 ] && upstream+=("127.0.0.1:$ROUTER_PORT") ;;
+          *) upstream+=("127.0.0.1:$((ROUTER_PORT + k))") ;; esac
       done
       for k in $(seq 0 $((n - 1))); do
         wait_http "http://127.0.0.1:$((ADMIN_PORT + k))/readyz" 30 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
@@ -302,7 +308,7 @@ for seed in $SEEDS; do
         --requests "$REQUESTS" --warmup "$WARMUP" --out "$RESULTS/$system-s$seed.json")
       note_cmd "${cmd[*]}"
       "${cmd[@]}" || { status=bench-failed; echo "!!!!! $system seed $seed: warmpath-bench failed" >&2; }
-      case $system in precise-*|approx-*|session*|predicted-*) save_router_metrics "$system" "$seed" ;; esac
+      case $system in precise-*|approx-*|session*|predicted-*|shadow-*) save_router_metrics "$system" "$seed" ;; esac
     else
       status=start-failed
       echo "!!!!! $system seed $seed did not start" >&2
