@@ -21,15 +21,8 @@ use warmpath_testkit::ext_proc::{connect, through, Call};
 /// Until no request counts in flight on `router` (it releases a request when the response has
 /// ended, a moment after the client has it), so that both routers decide from the same state.
 async fn settled(router: &RouterHandle) {
-    wait_for("no request in flight", Duration::from_secs(5), || {
-        router.table().candidates("tiny").is_none_or(|all| {
-            all.iter()
-                .map(|c| c.replica.inflight_requests())
-                .sum::<u32>()
-                == 0
-        })
-    })
-    .await;
+    let idle = router.wait_idle("tiny", Duration::from_secs(5)).await;
+    assert!(idle, "requests still counted in flight");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,6 +113,25 @@ impl RouterHandle {
         &self.discovery
     }
 
+    /// Wait until this router counts no request in flight to `model`'s replicas, polling for
+    /// up to `within`; `false` when some still are (a response body not yet finished is in
+    /// flight until its last byte, so tests that compare choices wait for this first).
+    pub async fn wait_idle(&self, model: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let inflight: u32 = self.table().candidates(model).map_or(0, |all| {
+                all.iter().map(|c| c.replica.inflight_requests()).sum()
+            });
+            if inflight == 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Leave as load balancers expect (on SIGTERM): readiness fails at once, new connections
     /// are still accepted for `shutdown.accept_ms`, then [`RouterHandle::shutdown`].
     pub async fn drain(self) {

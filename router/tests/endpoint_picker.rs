@@ -34,18 +34,8 @@ fn unscraped(addrs: &[SocketAddr], extra: &str) -> String {
 /// Wait until no request counts in flight on `router` (a request is released when its
 /// response has ended, which the client may see a moment before the router does).
 async fn settled(router: &RouterHandle) {
-    for _ in 0..500 {
-        let table = router.table();
-        let inflight: u32 = table
-            .candidates("tiny")
-            .map(|all| all.iter().map(|c| c.replica.inflight_requests()).sum())
-            .unwrap_or(0);
-        if inflight == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("requests still counted in flight");
+    let idle = router.wait_idle("tiny", Duration::from_secs(5)).await;
+    assert!(idle, "requests still counted in flight");
 }
 
 fn name_of(addrs: &[SocketAddr], endpoint: &str) -> String {
