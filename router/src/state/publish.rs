@@ -12,7 +12,7 @@ use super::replica::{ReplicaRegistry, ReplicaState, Replicas};
 use super::table::Table;
 use crate::config::{Config, ObjectiveConfig, PoolConfig, TenantPolicyConfig, TenantsConfig};
 use crate::metrics::Metrics;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use warmpath_routing::index::PrefixIndex;
@@ -64,6 +64,8 @@ pub struct Publisher {
     discovered: Vec<PoolConfig>,
     discovered_tenants: Vec<TenantPolicyConfig>,
     discovered_objectives: Vec<ObjectiveConfig>,
+    /// The discovered tenants and objectives left out at the last rebuild, as logged.
+    unused: BTreeSet<String>,
     registry: ReplicaRegistry,
     index: SharedIndex,
     metrics: Arc<Metrics>,
@@ -92,6 +94,7 @@ impl Publisher {
             discovered: Vec::new(),
             discovered_tenants: Vec::new(),
             discovered_objectives: Vec::new(),
+            unused: BTreeSet::new(),
             registry,
             index,
             metrics,
@@ -136,19 +139,31 @@ impl Publisher {
             return;
         };
         config.pools.extend(self.discovered.iter().cloned());
-        for skipped in merge_tenants(&mut config.tenants, &self.discovered_tenants) {
-            tracing::warn!(
-                "TenantPolicy {} not used: {}",
-                skipped.tenant,
-                skipped.conflict
-            );
+        let mut unused: BTreeSet<String> =
+            merge_tenants(&mut config.tenants, &self.discovered_tenants)
+                .into_iter()
+                .map(|skipped| {
+                    format!(
+                        "TenantPolicy {} not used: {}",
+                        skipped.tenant, skipped.conflict
+                    )
+                })
+                .collect();
+        unused.extend(
+            merge_objectives(&mut config.objectives, &self.discovered_objectives)
+                .into_iter()
+                .map(|name| {
+                    format!(
+                        "InferenceObjective {name} not used: the configuration file names it for the same models (or the limit of {} objectives is reached)",
+                        crate::config::MAX_OBJECTIVES
+                    )
+                }),
+        );
+        // Once per conflict, not on every rebuild (every pod that turns ready rebuilds).
+        for message in unused.difference(&self.unused) {
+            tracing::warn!("{message}");
         }
-        for name in merge_objectives(&mut config.objectives, &self.discovered_objectives) {
-            tracing::warn!(
-                "InferenceObjective {name} not used: the configuration file names it for the same models (or the limit of {} objectives is reached)",
-                crate::config::MAX_OBJECTIVES
-            );
-        }
+        self.unused = unused;
         self.install(config);
     }
 
