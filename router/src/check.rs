@@ -101,7 +101,16 @@ pub fn report(
                 table.precise(m).map(|p| p.tokens.clone())
             })
             .map_err(route_err)?;
-        let routed = choose(&indexes, &table, &features, &[], i as u64, true).map_err(route_err)?;
+        let routed = choose(
+            &indexes,
+            &table,
+            &features,
+            &[],
+            crate::api::admission::Placement::Any,
+            i as u64,
+            true,
+        )
+        .map_err(route_err)?;
         let _ = writeln!(out, "\n{}. {prompt:?}", i + 1);
         if let Some(e) = &routed.explanation {
             let _ = writeln!(

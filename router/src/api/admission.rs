@@ -45,6 +45,29 @@ pub trait Held: Send + Sync {
     /// The response's first token (its first body chunk) arrived: the request's prefill is
     /// done on its replica.
     fn first_token(&self) {}
+    /// Which replicas the request's prefill may go to (flow control's isolation rules).
+    fn placement(&self) -> Placement {
+        Placement::Any
+    }
+}
+
+/// What flow control asks of the replica choice for one request, so that a light tenant's
+/// prefill shares its engine step with as little backlog prefill as possible: pending prefill
+/// tokens are counted per replica (prompt tokens sent there with no first token yet), and
+/// admission only bounds the pool's total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// No rule: the scheduler's choice.
+    #[default]
+    Any,
+    /// A tenant under its fair share: among the replicas with room, only those where the least
+    /// prefill work would be ahead of or with this request's first token (pending prefill
+    /// tokens plus its own uncached ones), then the scheduler's choice among them.
+    LeastPrefill,
+    /// A tenant at or over its share, with `max_pending_prefill_tokens` set: only replicas with
+    /// fewer pending prefill tokens than this, while any has (otherwise all; admission's pool
+    /// bound makes that rare).
+    PrefillBelow(u64),
 }
 
 /// Held for the life of an admitted request; released when its response ends (the last clone
@@ -72,6 +95,9 @@ impl Permit {
         if let Some(h) = &self.0 {
             h.first_token();
         }
+    }
+    pub fn placement(&self) -> Placement {
+        self.0.as_ref().map_or(Placement::Any, |h| h.placement())
     }
 }
 

@@ -1,9 +1,11 @@
-//! Choosing a replica for a parsed request: candidates (by model, readiness), prefix matches
+//! Choosing a replica for a parsed request: candidates (by model, readiness, and with flow
+//! control on, room and what its [`Placement`] asks of pending prefill work), prefix matches
 //! from the index, load from counters and scrapes, then the routing core's scheduler.
 //!
 //! The index lock is held from lookup to recording the choice, so two concurrent requests with
 //! the same new prefix see each other: the second finds the first's blocks and follows it.
 
+use super::admission::Placement;
 use super::{Attempt, AttemptError, Chosen};
 use crate::decisions::{CandidateExplained, DecisionLog, Explanation, Record};
 use crate::errors::{ApiError, RespBody};
@@ -52,13 +54,15 @@ pub struct Routed {
     pub explanation: Option<Arc<Explanation>>,
 }
 
-/// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection);
-/// with `explain`, say why ([`Routed::explanation`]).
+/// Pick a replica for `features`, skipping `exclude` (a replica that just refused a connection)
+/// and keeping to what flow control asked (`placement`); with `explain`, say why
+/// ([`Routed::explanation`]).
 pub fn choose(
     index: &Indexes,
     table: &Table,
     features: &crate::request::RequestFeatures,
     exclude: &[ReplicaId],
+    placement: Placement,
     seed: u64,
     explain: bool,
 ) -> Result<Routed, ApiError> {
@@ -71,6 +75,7 @@ pub fn choose(
         all,
         features,
         exclude,
+        placement,
         seed,
         Some(&index.sessions),
         explain,
@@ -78,8 +83,8 @@ pub fn choose(
 }
 
 /// Pick one of `all` for `features` (the serving candidates, or the prefill candidates of a
-/// split), skipping `exclude`, and record the choice in the index; with `sessions`, the
-/// request's session goes back to its home replica when affinity allows.
+/// split), skipping `exclude` and keeping to `placement`, and record the choice in the index;
+/// with `sessions`, the request's session goes back to its home replica when affinity allows.
 #[allow(clippy::too_many_arguments)]
 pub fn choose_among(
     indexes: &Indexes,
@@ -87,6 +92,7 @@ pub fn choose_among(
     all: &[Candidate],
     features: &crate::request::RequestFeatures,
     exclude: &[ReplicaId],
+    placement: Placement,
     seed: u64,
     sessions: Option<&Sessions>,
     explain: bool,
@@ -117,16 +123,13 @@ pub fn choose_among(
     // share of it: one at its bound is passed over while another has room, or the request
     // waits in its engine for a slot (behind none of the fair queue's order) while one is free.
     if let Some(full) = table.config.flow.replica_full_at() {
-        if ready.len() > 1 && ready.iter().any(|c| c.replica.inflight_requests() >= full) {
-            let room: Vec<&Candidate> = ready
-                .iter()
-                .copied()
-                .filter(|c| c.replica.inflight_requests() < full)
-                .collect();
-            if !room.is_empty() {
-                ready = room;
-            }
-        }
+        keep_if_any(&mut ready, |c| c.replica.inflight_requests() < full);
+    }
+    // Work of a tenant at or over its share goes where fewer prompt tokens wait for their
+    // prefill than the bound: admission bounds the pool's total, and two of a backlog's
+    // prefills on one replica would both sit in the step of a light request sent there.
+    if let Placement::PrefillBelow(max) = placement {
+        keep_if_any(&mut ready, |c| c.replica.pending_prefill_tokens() < max);
     }
     if ready.is_empty() {
         return Err(ApiError::no_ready_replica(&features.model));
@@ -198,9 +201,23 @@ pub fn choose_among(
             .collect();
         // Candidates of several pools are scored by the first's weights.
         let scheduler = table.scheduler_for(&ready[0].pool);
-        let mut decision = scheduler
-            .decide_with_hashes(&request, hashes, &views, seed)
-            .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
+        let least = match placement {
+            Placement::LeastPrefill => least_prefill(&views, &request),
+            _ => None,
+        };
+        let mut decision = match &least {
+            None => scheduler.decide_with_hashes(&request, hashes, &views, seed),
+            Some(keep) => {
+                let some: Vec<ReplicaView<'_>> = keep.iter().map(|&i| views[i].clone()).collect();
+                scheduler
+                    .decide_with_hashes(&request, hashes, &some, seed)
+                    .map(|d| Decision {
+                        index: keep[d.index],
+                        ..d
+                    })
+            }
+        }
+        .ok_or_else(|| ApiError::no_ready_replica(&features.model))?;
         let scores = explain.then(|| {
             (
                 scheduler.config().policy.name(),
@@ -297,6 +314,31 @@ pub fn choose_among(
         session,
         explanation,
     })
+}
+
+/// Keeps the candidates of `ready` that pass `keep`, when more than one is ready and at least
+/// one passes (otherwise all stay: a rule that would leave no replica gives way).
+fn keep_if_any(ready: &mut Vec<&Candidate>, keep: impl Fn(&Candidate) -> bool) {
+    if ready.len() > 1 && ready.iter().any(|c| keep(c)) {
+        ready.retain(|c| keep(c));
+    }
+}
+
+/// For [`Placement::LeastPrefill`]: the views (by index) with the least prefill work in or
+/// before this request's engine step, its pending prefill tokens plus the request's own
+/// uncached ones there; `None` when every view has the same. Its own uncached tokens count, so
+/// that a cached prefix still draws the request when the work ahead is no larger.
+fn least_prefill(views: &[ReplicaView<'_>], request: &RequestView) -> Option<Vec<usize>> {
+    let work: Vec<u64> = views
+        .iter()
+        .map(|v| {
+            v.pending_prefill_tokens
+                .saturating_add(u64::from(request.uncached_tokens(v.matched_blocks)))
+        })
+        .collect();
+    let min = *work.iter().min()?;
+    let keep: Vec<usize> = (0..views.len()).filter(|&i| work[i] == min).collect();
+    (keep.len() < views.len()).then_some(keep)
 }
 
 /// The explanation of `decision` among `ready` (scored, in order), and of the rest of `all`
@@ -551,6 +593,7 @@ where
             table,
             features,
             &attempt.exclude,
+            request.permit.placement(),
             state.next_seed(),
             asked || sampled,
         ) {

@@ -342,6 +342,12 @@ async fn parse_labels_failures_by_model_and_refuses_unserved_models() {
     );
 }
 
+/// The ids of the replicas serving `tiny`, in order.
+fn replica_ids(t: &Table) -> Vec<ReplicaId> {
+    let all = t.candidates("tiny").unwrap();
+    all.iter().map(|c| c.replica.id).collect()
+}
+
 fn index() -> SharedIndex {
     Arc::new(parking_lot::Mutex::new(RouterIndex::approximate(1 << 20)))
 }
@@ -353,12 +359,7 @@ async fn choose_skips_excluded_replicas_and_says_when_none_is_left() {
     let metrics = Arc::new(Metrics::new());
     let svc = ChooseLayer::new(index(), metrics.clone()).layer(typed::<_, AttemptError>(inner));
     let request = Arc::new(admitted(&t));
-    let ids: Vec<ReplicaId> = t
-        .candidates("tiny")
-        .unwrap()
-        .iter()
-        .map(|c| c.replica.id)
-        .collect();
+    let ids = replica_ids(&t);
     let answer = tokio::spawn(svc.clone().oneshot(Attempt {
         request: request.clone(),
         exclude: vec![ids[0]],
@@ -391,6 +392,73 @@ async fn choose_skips_excluded_replicas_and_says_when_none_is_left() {
         matches!(e, AttemptError::NoReplica(ref a) if a.status == StatusCode::SERVICE_UNAVAILABLE),
         "{e}"
     );
+}
+
+/// A completion prompt of `words` words, its own per `seed`.
+fn words(seed: u32, words: u32) -> String {
+    (0..words).map(|i| format!("w{seed}x{i} ")).collect()
+}
+
+#[test]
+fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pending() {
+    use super::admission::Placement;
+    use super::choose::{choose, Indexes};
+    use crate::sessions::{Sessions, TokenKey};
+    let t = table(2);
+    let features = |prompt: &str| {
+        let body = serde_json::json!({"model": "tiny", "prompt": prompt}).to_string();
+        crate::request::parse(Endpoint::Completions, body.as_bytes(), &t.hasher, |_| None).unwrap()
+    };
+    let ids = replica_ids(&t);
+    let go = |idx: &Indexes, prompt: &str, exclude: &[ReplicaId], placement: Placement| {
+        choose(idx, &t, &features(prompt), exclude, placement, 7, false).unwrap()
+    };
+    // Each choice below starts from the same index: `shared` was served on r0, which holds the
+    // prefix now (every choice records its prompt where it went).
+    let shared = words(1, 300);
+    let fresh = || {
+        let idx = Indexes {
+            approx: index(),
+            precise: crate::state::index::precise(&Default::default()),
+            sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
+        };
+        drop(go(&idx, &shared, &ids[1..], Placement::Any));
+        idx
+    };
+    // `big`, another prompt, is in flight on r0 with its prefill still pending (guards held).
+    let big = go(&fresh(), &words(3, 1200), &ids[1..], Placement::Any);
+    assert_eq!(big.candidate.replica.name, "r0");
+    let pending = big.candidate.replica.pending_prefill_tokens();
+    assert_eq!(pending, u64::from(big.uncached_tokens));
+    let longer = format!("{shared}{}", words(2, 20));
+    let to = |placement| {
+        go(&fresh(), &longer, &[], placement)
+            .candidate
+            .replica
+            .name
+            .clone()
+    };
+    // Left to the scheduler, the longer prompt follows its prefix to r0, where its prefill
+    // would share a step with all of `big`'s.
+    assert_eq!(to(Placement::Any), "r0");
+    // A backlog's request goes where the pending prefill is under the bound; when none is,
+    // anywhere (admission's pool bound keeps that rare).
+    assert_eq!(to(Placement::PrefillBelow(pending)), "r1");
+    assert_eq!(to(Placement::PrefillBelow(pending + 1)), "r0");
+    let r1 = &t.candidates("tiny").unwrap()[1].replica;
+    let also_pending = crate::state::replica::PrefillGuard::new(r1.clone(), pending);
+    assert_eq!(
+        to(Placement::PrefillBelow(pending)),
+        "r0",
+        "no replica below the bound: the scheduler's choice"
+    );
+    drop(also_pending);
+    // A light tenant's request goes where the least prefill is ahead of its first token:
+    // r1's cold prefill of the whole prompt is less than `big` plus the suffix on r0.
+    assert_eq!(to(Placement::LeastPrefill), "r1");
+    drop(big);
+    // Nothing pending on r0 any more: its cached prefix makes it the lighter one.
+    assert_eq!(to(Placement::LeastPrefill), "r0");
 }
 
 #[tokio::test]

@@ -289,10 +289,13 @@ pub struct SaturationConfig {
     pub headroom_requests: u32,
     /// Prompt tokens per replica of admitted requests that have no first token yet (their
     /// prefill is still ahead in an engine). Queued work is dispatched only while the pool is
-    /// under this bound times its ready replicas; tenants under their fair share (the headroom
-    /// rule) are not held by it. An engine's step computes every prefill waiting for it, so a
-    /// light tenant's first token waits for the flood's prefills that share its step: this
-    /// bounds them (latency isolation), at the cost of admitting a backlog more slowly.
+    /// under this bound times its ready replicas (counted at admission, so a burst cannot slip
+    /// through) and some replica is under it by its own count; the replica choice then sends
+    /// work of a tenant at or over its share only to a replica under it while one is. Tenants
+    /// under their fair share (the headroom rule) are not held by it. An engine's step computes
+    /// every prefill waiting for it, so a light tenant's first token waits for the flood's
+    /// prefills that share its step: this bounds them per engine (latency isolation), at the
+    /// cost of admitting a backlog more slowly.
     pub max_pending_prefill_tokens: Option<u64>,
     /// Queued work of tenants at or over their fair share also waits while a request of a
     /// tenant under its share has no first token yet: the light request's prefill then shares

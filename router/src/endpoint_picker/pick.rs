@@ -179,6 +179,7 @@ impl Core {
             &table,
             &features,
             &exclude,
+            permit.placement(),
             self.next_seed(),
             asked || sampled,
         )

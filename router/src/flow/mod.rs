@@ -21,8 +21,12 @@
 //! ([`saturation::under_share`]) may take `saturation.headroom_requests` slots above the regular
 //! bound, straight away when it has nothing queued, and from the head of the queue otherwise;
 //! queued work of every other tenant also waits while the prompt tokens admitted but not yet at
-//! their first token reach `saturation.max_pending_prefill_tokens` per replica, so that a light
-//! tenant's prefill shares its engine step with a bounded amount of a backlog's prefills.
+//! their first token reach `saturation.max_pending_prefill_tokens` per ready replica (the
+//! pool's total, counted here at dispatch) or every ready replica has that many of its own
+//! (counted by the replica choice), so that a light tenant's prefill shares its engine step
+//! with a bounded amount of a backlog's prefills. Each grant tells the replica choice where its
+//! prefill may go ([`Placement`]): a backlog's work only to a replica under the bound while one
+//! is, a light tenant's to the replica with the least prefill work ahead of its first token.
 //!
 //! A request is charged at dispatch its prompt tokens plus its expected output (`max_tokens`,
 //! capped by `flow.expected_output_tokens`), or 1 with `fairness: requests`; when its response
@@ -38,8 +42,8 @@ pub mod saturation;
 #[cfg(test)]
 mod tests;
 
-use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit};
-use crate::config::{Fairness, SaturationConfig};
+use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit, Placement};
+use crate::config::{Fairness, FlowConfig, SaturationConfig};
 use crate::errors::ApiError;
 use crate::metrics::{DispatchLabels, Metrics, ObjectiveLabels, RefusalLabels, TenantLabels};
 use crate::state::publish::TableReader;
@@ -257,16 +261,18 @@ impl FlowControl {
                         && candidates.is_some_and(|c| {
                             saturation::saturated(c, held, *admitted, table.stale_after, now)
                         });
-                    if saturated
-                        || (flow.enabled
-                            && !light
-                            && saturation::prefill_gated(
-                                bounds,
-                                prefilling.tokens,
-                                *light_prefilling,
-                                ready,
-                            ))
-                    {
+                    // Held by prefill work: the pool's count moves at dispatch (so one pass
+                    // cannot release a burst), the replicas' when the choice has been made.
+                    let prefill_held = flow.enabled
+                        && !light
+                        && (saturation::prefill_gated(
+                            bounds,
+                            prefilling.tokens,
+                            *light_prefilling,
+                            ready,
+                        ) || candidates
+                            .is_some_and(|c| saturation::every_replica_prefilling(c, bounds, now)));
+                    if saturated || prefill_held {
                         break;
                     }
                     let d = q.pop(now).expect("a non-empty queue pops");
@@ -285,7 +291,13 @@ impl FlowControl {
                         .inc();
                     count_in(admitted, prefilling, tenants, &seed);
                     *light_prefilling += u32::from(light);
-                    let grant = self.grant(model.clone(), seed, Some(d.ticket), light);
+                    let grant = self.grant(
+                        model.clone(),
+                        seed,
+                        Some(d.ticket),
+                        light,
+                        placement(flow, light),
+                    );
                     if let Err(Ok(permit)) = tx.send(Ok(grant)) {
                         undelivered.push(permit);
                     }
@@ -296,13 +308,21 @@ impl FlowControl {
         drop(undelivered);
     }
 
-    fn grant(&self, model: Arc<str>, seed: Seed, ticket: Option<Ticket>, light: bool) -> Permit {
+    fn grant(
+        &self,
+        model: Arc<str>,
+        seed: Seed,
+        ticket: Option<Ticket>,
+        light: bool,
+        placement: Placement,
+    ) -> Permit {
         Permit(Some(Arc::new(Grant {
             shared: self.shared.clone(),
             model,
             uncached: AtomicU64::new(seed.prompt_tokens),
             prefilling: AtomicU64::new(seed.prompt_tokens),
             light,
+            placement,
             output: AtomicU64::new(UNKNOWN),
             seed: Some(seed),
             ticket,
@@ -373,6 +393,22 @@ fn isolating(bounds: &SaturationConfig) -> bool {
     (bounds.headroom_requests > 0 && bounds.max_inflight_requests.is_some())
         || bounds.max_pending_prefill_tokens.is_some()
         || bounds.light_prefill_first
+}
+
+/// Where the replica choice may put a request admitted now, light (under its share) or not:
+/// the per-replica half of the pending-prefill bound, and a light request's prefill steered to
+/// the replica with the least prefill work ahead of it.
+fn placement(flow: &FlowConfig, light: bool) -> Placement {
+    match (
+        flow.enabled,
+        light,
+        flow.saturation.max_pending_prefill_tokens,
+    ) {
+        (false, _, _) => Placement::Any,
+        (true, true, _) => Placement::LeastPrefill,
+        (true, false, Some(max)) => Placement::PrefillBelow(max),
+        (true, false, None) => Placement::Any,
+    }
 }
 
 /// Whether `tenant` has fewer requests in flight for this model than its even share of the
@@ -539,7 +575,7 @@ impl Admission for FlowControl {
                     path,
                 })
                 .inc();
-            return Admit::Now(self.grant(model, seed, None, light));
+            return Admit::Now(self.grant(model, seed, None, light, placement(flow, light)));
         }
         if sheddable {
             limiters.release(seed.limit, None);
@@ -715,6 +751,8 @@ struct Grant {
     /// Admitted while its tenant was under its share (`light_prefill_first` holds others'
     /// queued work until its first token).
     light: bool,
+    /// What the replica choice is asked for this request.
+    placement: Placement,
     output: AtomicU64,
 }
 
@@ -761,6 +799,9 @@ impl Held for Grant {
     }
     fn first_token(&self) {
         self.prefill_down_to(PREFILLED);
+    }
+    fn placement(&self) -> Placement {
+        self.placement
     }
 }
 

@@ -16,9 +16,11 @@
 //! Two rules put tenants under their fair share ([`under_share`]) ahead of a backlog without
 //! reordering the queue: they may use `headroom_requests` slots above the regular bound
 //! ([`with_headroom`]), and they are not held by the bound on prefill work still ahead in the
-//! engines ([`prefill_gated`]), which holds back everyone else's queued work. And since the
-//! bounds are the pool's, the replica choice passes over a replica at its share of them while
-//! another has room ([`crate::config::FlowConfig::replica_full_at`]).
+//! engines ([`prefill_gated`], and per replica [`every_replica_prefilling`]), which holds back
+//! everyone else's queued work. And since the bounds are the pool's, the replica choice passes
+//! over a replica at its share of them while another has room
+//! ([`crate::config::FlowConfig::replica_full_at`], and for prefill work
+//! [`crate::api::admission::Placement`]).
 
 use crate::config::SaturationConfig;
 use crate::state::replica::ReplicaState;
@@ -148,4 +150,24 @@ pub fn prefill_gated(
         || bounds
             .max_pending_prefill_tokens
             .is_some_and(|max| pending_tokens >= max.saturating_mul(ready as u64))
+}
+
+/// Whether every ready replica among `candidates` has `max_pending_prefill_tokens` or more
+/// pending prefill tokens of its own (sent there, no first token yet): queued work of a tenant
+/// at or over its share then has no replica the choice would send it to
+/// ([`crate::api::admission::Placement::PrefillBelow`]), so it waits. The pool's bound
+/// ([`prefill_gated`]) still applies: these counts move only once a replica is chosen.
+pub fn every_replica_prefilling(
+    candidates: &[Candidate],
+    bounds: &SaturationConfig,
+    now: Instant,
+) -> bool {
+    let Some(max) = bounds.max_pending_prefill_tokens else {
+        return false;
+    };
+    let mut ready = candidates
+        .iter()
+        .filter(|c| c.replica.health.is_ready(now))
+        .peekable();
+    ready.peek().is_some() && ready.all(|c| c.replica.pending_prefill_tokens() >= max)
 }

@@ -1,10 +1,13 @@
 //! Saturation on real replica state (registry, table) with the signals set by hand, and the
 //! pure rules that put tenants under their share ahead of a backlog.
 
-use super::saturation::{prefill_gated, saturated, under_share, with_headroom, Admitted};
+use super::saturation::{
+    every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, Admitted,
+};
+use crate::api::admission::Placement;
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
-use crate::state::replica::{InflightGuard, ReplicaRegistry};
+use crate::state::replica::{InflightGuard, PrefillGuard, ReplicaRegistry};
 use crate::state::table::Table;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -172,4 +175,50 @@ fn a_replica_is_full_at_its_bound_with_headroom_when_flow_control_is_on() {
     assert_eq!(flow.replica_full_at(), Some(16));
     flow.enabled = false;
     assert_eq!(flow.replica_full_at(), None, "flow control off");
+}
+
+#[test]
+fn queued_backlog_work_waits_while_every_replica_has_its_bound_of_prefill_pending() {
+    let (table, reg) = table();
+    let c = table.candidates("m").unwrap();
+    let now = Instant::now();
+    let mut bounds = SaturationConfig::default();
+    let _a = PrefillGuard::new(reg.get("r0").unwrap(), 300);
+    assert!(!every_replica_prefilling(c, &bounds, now), "no bound");
+    bounds.max_pending_prefill_tokens = Some(256);
+    // The pool's total (300 of 512) would let it go; r1 has none pending, so it goes there.
+    assert!(!prefill_gated(&bounds, 300, 0, 2));
+    assert!(!every_replica_prefilling(c, &bounds, now));
+    let _b = PrefillGuard::new(reg.get("r1").unwrap(), 256);
+    assert!(every_replica_prefilling(c, &bounds, now));
+    // A replica out of rotation takes nothing, so it cannot hold anything back.
+    reg.get("r1")
+        .unwrap()
+        .health
+        .on_connect_error(&table.config.health, now);
+    assert!(every_replica_prefilling(c, &bounds, now));
+    reg.get("r0")
+        .unwrap()
+        .health
+        .on_connect_error(&table.config.health, now);
+    assert!(
+        !every_replica_prefilling(c, &bounds, now),
+        "no ready replica"
+    );
+}
+
+#[test]
+fn light_requests_ask_for_the_least_prefill_and_others_for_the_bound() {
+    let mut flow = crate::config::FlowConfig::default();
+    assert_eq!(
+        super::placement(&flow, true),
+        Placement::Any,
+        "flow control off"
+    );
+    flow.enabled = true;
+    assert_eq!(super::placement(&flow, true), Placement::LeastPrefill);
+    assert_eq!(super::placement(&flow, false), Placement::Any, "no bound");
+    flow.saturation.max_pending_prefill_tokens = Some(512);
+    assert_eq!(super::placement(&flow, false), Placement::PrefillBelow(512));
+    assert_eq!(super::placement(&flow, true), Placement::LeastPrefill);
 }

@@ -19,6 +19,7 @@
 pub mod nixl;
 pub mod sglang;
 
+use super::admission::Placement;
 use super::choose::{choose_among, ChooseState, Routed};
 use super::forward::{send, UpstreamError};
 use super::{AttemptError, Chosen, StageFuture};
@@ -172,6 +173,8 @@ impl Split {
                 &self.prefill,
                 request.features(),
                 &exclude,
+                // The prefill leg is where the prompt's prefill runs.
+                request.permit.placement(),
                 self.choose.next_seed(),
                 None,
                 false,
@@ -253,6 +256,7 @@ impl Split {
             std::slice::from_ref(decode),
             request.features(),
             &[],
+            Placement::Any,
             self.choose.next_seed(),
             None,
             false,
