@@ -36,10 +36,14 @@ pub struct Admitted {
 
 /// Ready replicas among `candidates`.
 pub fn ready(candidates: &[Candidate], now: Instant) -> usize {
+    ready_ones(candidates, now).count()
+}
+
+/// The candidates whose replicas are ready now.
+fn ready_ones(candidates: &[Candidate], now: Instant) -> impl Iterator<Item = &Candidate> {
     candidates
         .iter()
-        .filter(|c| c.replica.health.is_ready(now))
-        .count()
+        .filter(move |c| c.replica.health.is_ready(now))
 }
 
 /// Whether the pool behind `candidates` is saturated (module documentation).
@@ -165,9 +169,6 @@ pub fn every_replica_prefilling(
     let Some(max) = bounds.max_pending_prefill_tokens else {
         return false;
     };
-    let mut ready = candidates
-        .iter()
-        .filter(|c| c.replica.health.is_ready(now))
-        .peekable();
+    let mut ready = ready_ones(candidates, now).peekable();
     ready.peek().is_some() && ready.all(|c| c.replica.pending_prefill_tokens() >= max)
 }
