@@ -14,6 +14,10 @@
 #   nginx-rr               nginx round-robin straight over the engines (no router: the floor)
 #   shadow-N               (when named) precise-N's N routers running, nginx sending to the first
 #                          only: one router's decisions with N routers' CPU use (a diagnosis)
+#   peered-N               (when named) precise-N with `peers`: each router publishes its
+#                          placements on PEER_PORT+k and follows every router's (its own
+#                          included, as a headless Service's name would give it)
+#   peered-approx-N        (when named) approx-N with `peers`
 # and, when named in SYSTEMS (bench/sessions.sh names them, for issue 15):
 #   sessions-1, sessions-N warmpath `prefix` with the approximate index and session affinity, the
 #                          client echoing each session's `x-session-token`
@@ -72,6 +76,7 @@ KV_PORT=${KV_PORT:-18751}
 FRONT_PORT=${FRONT_PORT:-18780}
 ROUTER_PORT=${ROUTER_PORT:-18781}
 ADMIN_PORT=${ADMIN_PORT:-18791}
+PEER_PORT=${PEER_PORT:-18761}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 SGLANG_ARGS=${SGLANG_ARGS:-$(cat bench/results/sglang-tuned-args 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 NGINX=${NGINX:-nginx}
@@ -133,17 +138,19 @@ start_sim() {
   for i in $(seq 0 $((REPLICAS - 1))); do wait_http "$(engine_url "$i")/health" 30; done
 }
 
-router_yaml() { # precise|approx|sessions|sessionmap|predicted k
+router_yaml() { # precise|approx|sessions|sessionmap|predicted|peered|peered-approx k n
+  local kind=$1 peered=""
+  case $1 in peered) kind=precise peered=1 ;; peered-approx) kind=approx peered=1 ;; esac
   echo "listen: 127.0.0.1:$((ROUTER_PORT + $2))"
   echo "admin: 127.0.0.1:$((ADMIN_PORT + $2))"
   echo "pools:"
   echo "  - name: tiny"
   echo "    models: [tiny]"
-  [ "$1" = precise ] && echo "    kv_events: {}"
+  [ "$kind" = precise ] && echo "    kv_events: {}"
   echo "    replicas:"
   local i
   for i in $(seq 0 $((REPLICAS - 1))); do
-    if [ "$1" = precise ]; then
+    if [ "$kind" = precise ]; then
       echo "      - { name: sim-$i, url: \"$(engine_url "$i")\", kv_events_endpoint: \"tcp://127.0.0.1:$((KV_PORT + i))\" }"
     else
       echo "      - { name: sim-$i, url: \"$(engine_url "$i")\" }"
@@ -155,6 +162,11 @@ router_yaml() { # precise|approx|sessions|sessionmap|predicted k
     *) echo "sessions: { enabled: false }" ;;
   esac
   [ -z "${INDEX_EXTRA:-}" ] || echo "index: { $INDEX_EXTRA }"
+  if [ -n "$peered" ]; then
+    local routers=()
+    for i in $(seq 0 $(($3 - 1))); do routers+=("\"tcp://127.0.0.1:$((PEER_PORT + i))\""); done
+    echo "peers: { listen: \"tcp://127.0.0.1:$((PEER_PORT + $2))\", routers: [$(IFS=,; echo "${routers[*]}")] }"
+  fi
   [ -z "${FLOW_EXTRA:-}" ] || echo "flow: { $FLOW_EXTRA }"
   echo "scheduling:"
   if [ "$1" = predicted ]; then echo "  policy: predicted_ttft"; else echo "  policy: prefix"; fi
@@ -223,12 +235,12 @@ start_front() { # system seed
       local i
       for i in $(seq 0 $((REPLICAS - 1))); do upstream+=("127.0.0.1:$((SIM_PORT + i))"); done
       ;;
-    precise-*|approx-*|sessions-*|sessionmap-*|predicted-*|shadow-*)
+    precise-*|approx-*|sessions-*|sessionmap-*|predicted-*|shadow-*|peered-*)
       # shadow-N: N event-fed routers started, nginx sending to the first only: one router's
       # routing with N routers' CPU use on this machine.
       [ "$kind" = shadow ] && kind=precise
       for k in $(seq 0 $((n - 1))); do
-        router_yaml "$kind" "$k" > "$WORK/router-$k.yaml"
+        router_yaml "$kind" "$k" "$n" > "$WORK/router-$k.yaml"
         cp "$WORK/router-$k.yaml" "$RESULTS/configs/$kind-router-$k.yaml"
         note_cmd "$BIN/warmpath-router --config configs/$kind-router-$k.yaml"
         "$BIN/warmpath-router" --config "$WORK/router-$k.yaml" >"$WORK/front-$k.log" 2>&1 &
@@ -238,9 +250,9 @@ start_front() { # system seed
       done
       for k in $(seq 0 $((n - 1))); do
         wait_http "http://127.0.0.1:$((ADMIN_PORT + k))/readyz" 30 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
-        if [ "$kind" = precise ]; then wait_kv_following "$k" || return 1; fi
+        case $kind in precise|peered) wait_kv_following "$k" || return 1 ;; esac
       done
-      [ "$kind" = precise ] && sleep 1
+      case $kind in precise|peered) sleep 1 ;; esac
       ;;
     sglang-*|sglang-key-*)
       local policy=(--policy cache_aware $SGLANG_ARGS)
@@ -278,7 +290,7 @@ save_router_metrics() { # system seed
   local n=${1##*-} k
   for k in $(seq 0 $((n - 1))); do
     curl -fsS "http://127.0.0.1:$((ADMIN_PORT + k))/metrics" 2>/dev/null \
-      | grep -E '^warmpath_(kv_events|decisions|hotspot|session|replica_prefill|requests_total|upstream_errors|prefix_blocks|prefix_index_(entries|evictions)|replica_ready)' \
+      | grep -E '^warmpath_(kv_events|decisions|hotspot|session|replica_prefill|requests_total|upstream_errors|prefix_blocks|prefix_index_(entries|evictions)|replica_ready|peer_messages|peers_followed)' \
       > "$RESULTS/metrics/$1-s$2-router$k.txt" || true
   done
 }
@@ -308,7 +320,7 @@ for seed in $SEEDS; do
         --requests "$REQUESTS" --warmup "$WARMUP" --out "$RESULTS/$system-s$seed.json")
       note_cmd "${cmd[*]}"
       "${cmd[@]}" || { status=bench-failed; echo "!!!!! $system seed $seed: warmpath-bench failed" >&2; }
-      case $system in precise-*|approx-*|session*|predicted-*|shadow-*) save_router_metrics "$system" "$seed" ;; esac
+      case $system in precise-*|approx-*|session*|predicted-*|shadow-*|peered-*) save_router_metrics "$system" "$seed" ;; esac
     else
       status=start-failed
       echo "!!!!! $system seed $seed did not start" >&2
@@ -355,7 +367,8 @@ pairs = [(f"precise-{N}", "precise-1"), (f"approx-{N}", "approx-1"), (f"sglang-{
          (f"sessions-{N}", "sessions-1"), ("sessions-1", "approx-1"), (f"sessions-{N}", f"approx-{N}"),
          (f"sessionmap-{N}", f"approx-{N}"), (f"sessions-{N}", f"precise-{N}"), (f"sglang-key-{N}", "sglang-key-1"),
          ("sessions-1", "sglang-key-1"), (f"sessions-{N}", f"sglang-key-{N}"), ("predicted-1", "approx-1"),
-         (f"predicted-{N}", f"approx-{N}")]
+         (f"predicted-{N}", f"approx-{N}"), (f"peered-{N}", "precise-1"), (f"peered-{N}", f"precise-{N}"),
+         (f"peered-approx-{N}", "approx-1"), (f"peered-approx-{N}", f"approx-{N}")]
 ratios = {}
 for a, b in pairs:
     if a in per and b in per and a != b and f"{a}/{b}" not in ratios:
@@ -380,7 +393,7 @@ def router_metrics(system, seed):
     return out
 kv = {}
 for s in per:
-    if not s.startswith("precise"):
+    if not (s.startswith("precise") or s.startswith("peered-") and not s.startswith("peered-approx")):
         continue
     for seed in per[s]:
         ms = router_metrics(s, seed)
@@ -400,7 +413,7 @@ json.dump({"medians": med, "ratios": ratios, "per_seed": per, "kv_events": kv, "
 
 any_run = next(iter(next(iter(runs.values())).values()))
 c, w = any_run["config"], any_run["config"]["workload"]
-order = [s for s in ["precise-1", f"precise-{N}", "approx-1", f"approx-{N}", "sessions-1", f"sessions-{N}", f"sessionmap-{N}",
+order = [s for s in ["precise-1", f"precise-{N}", f"peered-{N}", "approx-1", f"approx-{N}", f"peered-approx-{N}", "sessions-1", f"sessions-{N}", f"sessionmap-{N}",
                      "predicted-1", f"predicted-{N}", "sglang-1", f"sglang-{N}", "sglang-key-1", f"sglang-key-{N}", "nginx-rr"] if s in per]
 order = list(dict.fromkeys(order))
 order += [s for s in sorted(per) if s not in order]
@@ -450,7 +463,14 @@ if key in ratios:
     verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
     L.append(f"**Target (precise-{routers}/precise-1 hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
              f"worst seed {worst:.3f}.\n")
-for a, b in [(f"approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"), ("precise-1", "approx-1")]:
+key = f"peered-{routers}/precise-1"
+if key in ratios:
+    r = ratios[key]["hit_rate"]
+    worst = min(v for v in r["per_seed"].values() if v is not None)
+    verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
+    L.append(f"**With `peers` (peered-{routers}/precise-1 hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
+             f"worst seed {worst:.3f}.\n")
+for a, b in [(f"approx-{routers}", "approx-1"), (f"peered-approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"), ("precise-1", "approx-1")]:
     k = f"{a}/{b}"
     if k in ratios:
         h = ratios[k]["hit_rate"]["of_medians"]; t = ratios[k]["ttft_p90_ms"]["of_medians"]; q = ratios[k]["requests_per_s"]["of_medians"]

@@ -125,6 +125,8 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "router.tls.secretName=wp-tls",
                 "--set",
                 "router.ports.endpointPicker=9002",
+                "--set",
+                "router.ports.peers=5570",
             ]),
         },
         Case {
@@ -437,6 +439,12 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             assert_eq!(str_at(&ingress[0]["ports"][0], &["port"]), "http");
             assert!(ingress[0]["from"].is_null(), "the API is open: {np:?}");
             assert_eq!(str_at(&ingress[1]["ports"][0], &["port"]), "admin");
+            // Peering's port: the router pods only.
+            assert_eq!(str_at(&ingress[2]["ports"][0], &["port"]), "peers");
+            assert!(
+                ingress[2]["from"][0]["podSelector"]["matchLabels"].is_mapping(),
+                "{np:?}"
+            );
             let from = ingress[1]["from"].as_sequence().expect("admin peers");
             assert_eq!(from.len(), 2, "{np:?}");
             assert!(
@@ -1057,7 +1065,7 @@ async fn router_accepts_the_config_the_chart_renders() {
     let values = dir.join("values.yaml");
     std::fs::write(
         &values,
-        "router:\n  ports: {http: 8000, admin: 9000, endpointPicker: 9002}\n  config:\n    endpoint_picker: {failure_mode: open}\n    pools:\n      - name: llama\n        models: [llama]\n        replicas:\n          - {name: llama-0, url: \"http://10.0.0.1:8000\"}\n",
+        "router:\n  ports: {http: 8000, admin: 9000, endpointPicker: 9002, peers: 5570}\n  config:\n    endpoint_picker: {failure_mode: open}\n    pools:\n      - name: llama\n        models: [llama]\n        replicas:\n          - {name: llama-0, url: \"http://10.0.0.1:8000\"}\n",
     )
     .expect("values");
     let chart = Chart::prepare(&dir).expect("chart copy");
@@ -1112,6 +1120,27 @@ async fn router_accepts_the_config_the_chart_renders() {
         .expect("the ext_proc port on the Service");
     assert_eq!(picker["port"].as_u64(), Some(9002));
     assert_eq!(picker["appProtocol"].as_str(), Some("kubernetes.io/h2c"));
+    // Peering: the publisher on `router.ports.peers`, following every address of the headless
+    // Service that selects the router pods (ready or not).
+    assert_eq!(config.peers.listen.as_deref(), Some("tcp://0.0.0.0:5570"));
+    assert_eq!(
+        config.peers.routers,
+        ["tcp://wp-warmpath-router-peers.default.svc:5570"]
+    );
+    assert_eq!(ports[3]["name"].as_str(), Some("peers"));
+    assert_eq!(ports[3]["containerPort"].as_u64(), Some(5570));
+    let headless = out
+        .find("Service", "wp-warmpath-router-peers")
+        .expect("the peers' headless Service");
+    assert_eq!(headless["spec"]["clusterIP"].as_str(), Some("None"));
+    assert_eq!(
+        headless["spec"]["publishNotReadyAddresses"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        headless["spec"]["selector"], service["spec"]["selector"],
+        "selects the router pods"
+    );
 }
 
 /// The kind flow's own manifests (e2e/kind/: the simulated model servers and the chart values

@@ -71,6 +71,7 @@ pub fn report(
         ))),
         precise: crate::state::index::precise(&config.index),
         sessions: Arc::new(Sessions::new(TokenKey::random(), &config.sessions)),
+        peers: None,
     };
     let samples: Vec<String> = if prompts.is_empty() {
         SAMPLE_PROMPTS.iter().map(|p| (*p).to_owned()).collect()

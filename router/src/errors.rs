@@ -328,6 +328,8 @@ pub enum StartError {
     AdminToken(std::io::Error),
     #[error("tls: {0}")]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Peers(#[from] crate::peers::PeersError),
 }
 
 /// Why the API listener's certificate or key did not load (`crate::server::tls`).

@@ -22,6 +22,7 @@ pub mod endpoint_picker;
 pub mod errors;
 pub mod flow;
 pub mod metrics;
+pub mod peers;
 pub mod request;
 pub mod server;
 pub mod sessions;
@@ -256,6 +257,22 @@ pub async fn start_with(
     let (updates, updates_rx) = mpsc::unbounded_channel();
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    // Placements told to and heard from the other router replicas (`peers`).
+    let peers = match peers::Peers::start(
+        &tables.current().config.peers,
+        tables.clone(),
+        index.clone(),
+        metrics.clone(),
+        shutdown_rx.clone(),
+    )
+    .await?
+    {
+        Some((peers, peer_tasks)) => {
+            tasks.extend(peer_tasks);
+            Some(peers)
+        }
+        None => None,
+    };
     let decisions = Arc::new(decisions::DecisionLog::default());
     let mut flow_admin = None;
     let admission = match admission {
@@ -277,6 +294,7 @@ pub async fn start_with(
             approx: index.clone(),
             precise: precise.clone(),
             sessions: sessions.clone(),
+            peers: peers.clone(),
         },
         admission: admission.clone(),
         decisions: decisions.clone(),
@@ -287,6 +305,7 @@ pub async fn start_with(
         index: index.clone(),
         precise,
         sessions: sessions.clone(),
+        peers,
         discovery: discovery.clone(),
         admission,
         body_budget_bytes,

@@ -352,3 +352,100 @@ async fn a_burst_of_one_new_prompt_stays_on_one_replica() {
         rt.shutdown().await;
     }
 }
+
+/// Two routers behind a round-robin balancer, a slow prefill, one new prompt sent to each in
+/// turn: the engine reports nothing until the first one's prefill is done, so the second
+/// router sees the prompt nowhere (no matched blocks; shown without `peers`) unless the first
+/// told it where the prompt went. With `peers`, the second router counts the first one's
+/// placement as pending blocks, matches them and follows it to the same replica; the first
+/// router's prefill-done message then ends them.
+#[tokio::test]
+async fn peer_routers_follow_each_others_placements() {
+    // ~750 tokens at 0.4 ms each: 300 ms of prefill before the engine reports anything.
+    let (sim, port) = replay_sim(2, &["--prefill-us-per-token", "400"]).await;
+    let no_home = "scheduling: { placement: { new_prefix_slack: -1 } }\n";
+    for (peered, seed) in [(false, 11_000u64), (true, 12_000)] {
+        let p = free_ports(2);
+        let peers = |own: u16, other: u16| {
+            if peered {
+                format!("peers: {{ listen: \"tcp://127.0.0.1:{own}\", routers: [\"tcp://127.0.0.1:{other}\"] }}\n")
+            } else {
+                String::new()
+            }
+        };
+        let a = replay_router(&sim, port, &format!("{no_home}{}", peers(p, p + 1))).await;
+        let b = replay_router(&sim, port, &format!("{no_home}{}", peers(p + 1, p))).await;
+        for rt in [&a, &b] {
+            wait_fresh(rt, &sim, 0).await;
+            wait_fresh(rt, &sim, 1).await;
+        }
+        if peered {
+            // ZMQ drops what a subscriber still joining would get: wait until A's placements
+            // reach B.
+            let mut joined = false;
+            for attempt in 0..100u64 {
+                let probe = json!({"model": "tiny", "prompt": text(seed + 500 + attempt, 1000), "max_tokens": 1});
+                assert_eq!(direct(a.addr, "/v1/completions", &probe).await.status, 200);
+                let m = router_metrics(b.admin_addr).await;
+                if metric(&m, "warmpath_peer_messages_total", &[("kind", "placed")]) >= 1.0 {
+                    joined = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(
+                joined,
+                "A's placements never reached B: {}",
+                router_metrics(b.admin_addr).await
+            );
+        }
+        let body = json!({"model": "tiny", "prompt": text(seed, 3000), "max_tokens": 1});
+        let first = {
+            let (addr, body) = (a.addr, body.clone());
+            tokio::spawn(async move { direct(addr, "/v1/completions", &body).await })
+        };
+        // Well within A's prefill: the engine has reported none of the prompt yet.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let second = direct(b.addr, "/v1/completions", &body).await;
+        let first = first.await.unwrap();
+        assert_eq!(
+            (first.status, second.status),
+            (200, 200),
+            "{} {}",
+            first.body,
+            second.body
+        );
+        let decision = second.header("x-warmpath-decision").unwrap().to_owned();
+        let matched: u32 = decision
+            .split("matched_blocks=")
+            .nth(1)
+            .and_then(|r| r.split(';').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{decision}"));
+        assert_eq!(
+            matched > 0,
+            peered,
+            "peered {peered}: B's decision {decision}"
+        );
+        if peered {
+            assert_eq!(
+                first.header("x-warmpath-replica"),
+                second.header("x-warmpath-replica"),
+                "B followed A's placement"
+            );
+            // A's first byte ended its pending blocks in B too.
+            let mut ended = false;
+            for _ in 0..100 {
+                let m = router_metrics(b.admin_addr).await;
+                if metric(&m, "warmpath_peer_messages_total", &[("kind", "prefilled")]) >= 1.0 {
+                    ended = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(ended, "{}", router_metrics(b.admin_addr).await);
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}

@@ -261,7 +261,7 @@ pub fn choose_among(
         index.on_routed(decision.replica, hashes);
         let pending = precise.is_some().then(|| {
             let id = index.pending().insert(decision.replica, hashes, now);
-            PendingGuard::new(indexes.approx.clone(), id)
+            PendingGuard::new(indexes.approx.clone(), id, indexes.peers.clone())
         });
         // The predictor must learn from the same inputs it predicted with.
         let chosen = &views[decision.index];
@@ -282,6 +282,14 @@ pub fn choose_among(
         ))
     });
     let candidate = ready[decision.index].clone();
+    if let Some(peers) = &indexes.peers {
+        peers.placed(
+            &features.model,
+            &candidate.replica.name,
+            hashes,
+            pending.as_ref().map(PendingGuard::id),
+        );
+    }
     let session = sessions
         .zip(affinity)
         .map(|(s, a)| (s.record(&features.session, &candidate.replica.name, now), a));
@@ -489,6 +497,8 @@ pub struct Indexes {
     pub precise: SharedPrecise,
     /// Where sessions live (not an index of blocks, but read and written with them).
     pub sessions: Arc<Sessions>,
+    /// The other router replicas, told of every placement (`peers`); `None` without them.
+    pub peers: Option<Arc<crate::peers::Peers>>,
 }
 
 pub(super) struct ChooseState {
@@ -511,6 +521,7 @@ impl ChooseLayer {
                 approx: index,
                 precise: crate::state::index::precise(&Default::default()),
                 sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
+                peers: None,
             },
             metrics,
             Arc::default(),

@@ -193,6 +193,7 @@ pub struct StackParts {
     pub index: SharedIndex,
     pub precise: crate::state::index::SharedPrecise,
     pub sessions: Arc<crate::sessions::Sessions>,
+    pub peers: Option<Arc<crate::peers::Peers>>,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
     /// `limits.max_buffered_body_bytes` (read at start).
@@ -223,6 +224,7 @@ where
             approx: parts.index.clone(),
             precise: parts.precise.clone(),
             sessions: parts.sessions.clone(),
+            peers: parts.peers.clone(),
         },
         parts.metrics.clone(),
         parts.decisions.clone(),

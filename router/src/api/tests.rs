@@ -421,6 +421,7 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
             approx: index(),
             precise: crate::state::index::precise(&Default::default()),
             sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
+            peers: None,
         };
         drop(go(&idx, &shared, &ids[1..], Placement::Any));
         idx

@@ -15,6 +15,7 @@ mod explain;
 mod kv_events;
 mod locate;
 mod objectives;
+mod peers;
 mod sessions;
 mod tenants;
 
@@ -33,6 +34,7 @@ pub use explain::{ExplainConfig, MAX_RECENT};
 pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
 pub use objectives::{ObjectiveConfig, MAX_OBJECTIVES};
+pub use peers::PeersConfig;
 pub use sessions::SessionsConfig;
 pub use tenants::{
     is_token, Fairness, FlowConfig, SaturationConfig, TenantPolicyConfig, TenantsConfig,
@@ -100,6 +102,10 @@ pub struct Config {
     /// Envoy's ext_proc protocol for a Gateway (GIE's endpoint picker); off unless it listens.
     #[serde(default)]
     pub endpoint_picker: EndpointPickerConfig,
+    /// The other replicas of this router: each tells the others where it sent every prompt, so
+    /// that they follow its placements before the engines report them (read at start).
+    #[serde(default)]
+    pub peers: PeersConfig,
 }
 
 /// The settings a running router reads only at start (its listeners, their TLS and auth, how it
@@ -152,6 +158,7 @@ impl Config {
             v("index.pending_grace_ms", &i.pending_grace_ms),
             v("flow.limiters.max_tenants", &self.flow.limiters.max_tenants),
             v("endpoint_picker.listen", &self.endpoint_picker.listen),
+            v("peers", &self.peers),
             v(
                 "endpoint_picker.max_streams",
                 &self.endpoint_picker.max_streams,
@@ -824,6 +831,7 @@ impl Config {
         self.tenants.validate(root.key("tenants"))?;
         objectives::validate(&self.objectives, root.key("objectives"))?;
         self.sessions.validate(root.key("sessions"))?;
+        self.peers.validate(root.key("peers"))?;
         self.explain.validate(root.key("explain"))?;
         self.endpoint_picker.validate(
             root.key("endpoint_picker"),

@@ -41,6 +41,14 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// What became of a placement message to or from the other routers (`peers`): `sent`,
+/// `dropped` (the send queue was full), `placed`, `prefilled` (received and applied), `own`,
+/// `unknown_replica`, `other_hashing`, `undecodable`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    pub kind: &'static str,
+}
+
 /// What a KV-event message or event did (`stored`, `removed`, `cleared`, `gap`, `restart`,
 /// `unknown_parent`, `malformed`, `undecodable`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

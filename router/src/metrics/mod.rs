@@ -67,6 +67,9 @@ pub struct Metrics {
     pub pd: PdMetrics,
     pub flow: FlowMetrics,
     pub kv_events: Family<KvEventLabels, Counter>,
+    /// Placement messages exchanged with the other routers, and the routers followed.
+    pub peer_messages: Family<PeerLabels, Counter>,
+    pub peers_followed: Gauge,
     /// The KV-event index's size (entries, estimated bytes) and the pending blocks.
     pub kv_index_entries: Gauge,
     pub kv_index_bytes: Gauge,
@@ -244,6 +247,18 @@ impl Metrics {
             "KV-cache events from the engines by what they did: stored, removed, cleared, and what went wrong (gap, restart, unknown_parent, malformed, undecodable)",
             kv_events.clone(),
         );
+        let peer_messages = Family::<PeerLabels, Counter>::default();
+        registry.register(
+            "peer_messages",
+            "Placement messages exchanged with the other routers (peers): sent, dropped (send queue full), placed and prefilled (received and applied), and skipped (own, unknown_replica, other_hashing, undecodable)",
+            peer_messages.clone(),
+        );
+        let peers_followed = Gauge::default();
+        registry.register(
+            "peers_followed",
+            "Addresses of other routers this router follows for their placements (peers.routers, resolved)",
+            peers_followed.clone(),
+        );
         let connections = crate::server::ConnectionCounters::default();
         registry.register(
             "connections_open",
@@ -336,6 +351,8 @@ impl Metrics {
             pd,
             flow,
             kv_events,
+            peer_messages,
+            peers_followed,
             kv_index_entries,
             kv_index_bytes,
             kv_pending_blocks,

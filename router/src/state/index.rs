@@ -47,21 +47,34 @@ impl RouterIndex {
 }
 
 /// A routed request's pending blocks: they count on its replica until its prefill is done
-/// (this guard is dropped at the first byte, or when the request ends) and a grace after.
+/// (this guard is dropped at the first byte, or when the request ends) and a grace after, in
+/// this router and in its peers (told of the placement, then of the end).
 pub struct PendingGuard {
     index: SharedIndex,
     id: PendingId,
+    peers: Option<std::sync::Arc<crate::peers::Peers>>,
 }
 
 impl PendingGuard {
-    pub fn new(index: SharedIndex, id: PendingId) -> Self {
-        Self { index, id }
+    pub fn new(
+        index: SharedIndex,
+        id: PendingId,
+        peers: Option<std::sync::Arc<crate::peers::Peers>>,
+    ) -> Self {
+        Self { index, id, peers }
+    }
+
+    pub fn id(&self) -> PendingId {
+        self.id
     }
 }
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.index.lock().pending.prefilled(self.id, Instant::now());
+        if let Some(peers) = &self.peers {
+            peers.prefilled(self.id);
+        }
     }
 }
 

@@ -89,6 +89,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $picker "listen" (printf "0.0.0.0:%v" .Values.router.ports.endpointPicker) }}
 {{- $_ := set $cfg "endpoint_picker" $picker }}
 {{- end }}
+{{- if and .Values.router.ports.peers (eq .Values.router.mode "deployment") }}
+{{- $peers := deepCopy (default (dict) (get $cfg "peers")) }}
+{{- $_ := set $peers "listen" (printf "tcp://0.0.0.0:%v" .Values.router.ports.peers) }}
+{{- if not (hasKey $peers "routers") }}{{ $_ := set $peers "routers" (list (printf "tcp://%s.%s.svc:%v" (include "warmpath.router.peersService" .) .Release.Namespace .Values.router.ports.peers)) }}{{ end }}
+{{- $_ := set $cfg "peers" $peers }}
+{{- end }}
 {{- if not (hasKey $cfg "pools") }}{{ $_ := set $cfg "pools" (list) }}{{ end }}
 {{- if eq .Values.router.mode "deployment" }}
 {{- $sessions := deepCopy (default (dict) (get $cfg "sessions")) }}
@@ -108,6 +114,11 @@ then draining for what is left of the grace period but 5 s. */}}
 {{- if .Values.router.tls.secretName }}{{ $_ := set $cfg "tls" (dict "cert_file" "/var/run/warmpath/tls/tls.crt" "key_file" "/var/run/warmpath/tls/tls.key") }}{{ end }}
 {{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The headless Service whose name resolves to every router pod (peering). */}}
+{{- define "warmpath.router.peersService" -}}
+{{- printf "%s-peers" (include "warmpath.router.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The Secret holding the router replicas' shared session key. */}}

@@ -40,6 +40,11 @@
       containerPort: {{ .Values.router.ports.endpointPicker }}
       protocol: TCP
     {{- end }}
+    {{- if and .Values.router.ports.peers (eq .Values.router.mode "deployment") }}
+    - name: peers
+      containerPort: {{ .Values.router.ports.peers }}
+      protocol: TCP
+    {{- end }}
   startupProbe:
     httpGet:
       path: /healthz

@@ -1,0 +1,400 @@
+//! Router replicas that tell each other where they send prompts (`peers` in the configuration).
+//!
+//! Routers fed the same KV events see the same caches, but an engine reports a prompt's blocks
+//! only once it has computed them. Until then each router knows only its own placements (its
+//! pending blocks, `state::index`): behind a round-robin balancer, the next request of a new
+//! prefix group reaches another router, which sees the group nowhere and may start a copy on
+//! another replica. Measured on the simulator fleet (`bench/results-replicas/`): four routers
+//! kept 0.92 of one router's hit rate, and running four while one routed kept all of it, so the
+//! loss is the private placements. Here every placement is published (ZMQ PUB, fire and
+//! forget) and every router counts the others' as its own pending blocks until the sender's
+//! request has its first byte, and in its approximate index. No router waits for another or
+//! agrees with it on anything: a lost message costs hit rate, never a request, and a router
+//! with no peers routes as before.
+
+pub mod wire;
+
+use crate::config::PeersConfig;
+use crate::metrics::{Metrics, PeerLabels};
+use crate::state::index::SharedIndex;
+use crate::state::publish::TableReader;
+use crate::state::table::Table;
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use warmpath_routing::index::{PendingId, PrefixIndex};
+use warmpath_routing::{BlockHash, ReplicaId};
+use wire::Message;
+use zeromq::{PubSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Why peering could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PeersError {
+    #[error("peers.listen `{endpoint}`: {source}")]
+    Bind {
+        endpoint: String,
+        source: zeromq::ZmqError,
+    },
+}
+
+/// This router's side of peering: placements go out through it.
+pub struct Peers {
+    origin: u64,
+    block_bytes: u32,
+    tx: mpsc::Sender<Message>,
+    metrics: Arc<Metrics>,
+}
+
+impl Peers {
+    /// Binds `peers.listen` and starts the publisher and the followers of `peers.routers`;
+    /// `None` when peering is off. The tasks end when `shutdown` turns true.
+    pub async fn start(
+        config: &PeersConfig,
+        tables: TableReader,
+        index: SharedIndex,
+        metrics: Arc<Metrics>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Option<(Arc<Peers>, Vec<JoinHandle<()>>)>, PeersError> {
+        let Some(listen) = &config.listen else {
+            return Ok(None);
+        };
+        let mut socket = PubSocket::new();
+        let bound = socket
+            .bind(listen)
+            .await
+            .map_err(|source| PeersError::Bind {
+                endpoint: listen.clone(),
+                source,
+            })?;
+        tracing::info!(endpoint = %bound, routers = ?config.routers, "publishing placements to peers");
+        let origin = rand::random::<u64>();
+        let block_bytes = u32::try_from(tables.current().config.index.block_bytes).unwrap_or(0);
+        let (tx, rx) = mpsc::channel(config.queue);
+        let receiver = Arc::new(Receiver {
+            origin,
+            block_bytes,
+            tables,
+            index,
+            metrics: metrics.clone(),
+            remembered: parking_lot::Mutex::new(Remembered::new(config.max_remembered)),
+        });
+        let tasks = vec![
+            tokio::spawn(publish(socket, rx, metrics.clone(), shutdown.clone())),
+            tokio::spawn(follow_all(
+                config.routers.clone(),
+                Duration::from_millis(config.resolve_every_ms),
+                receiver,
+                shutdown,
+            )),
+        ];
+        let peers = Arc::new(Peers {
+            origin,
+            block_bytes,
+            tx,
+            metrics,
+        });
+        Ok(Some((peers, tasks)))
+    }
+
+    /// A request with these blocks was sent to `replica`; `pending`: its id in this router's
+    /// pending index (the replica is followed through KV events), ended by [`Self::prefilled`].
+    pub fn placed(
+        &self,
+        model: &str,
+        replica: &str,
+        hashes: &[BlockHash],
+        pending: Option<PendingId>,
+    ) {
+        if hashes.is_empty() {
+            return;
+        }
+        self.send(Message::Placed {
+            origin: self.origin,
+            id: pending.unwrap_or(0),
+            model: model.to_owned(),
+            replica: replica.to_owned(),
+            block_bytes: self.block_bytes,
+            hashes: hashes.to_vec(),
+            pending: pending.is_some(),
+        });
+    }
+
+    /// The pending request `id` has its first byte (or ended).
+    pub fn prefilled(&self, id: PendingId) {
+        self.send(Message::Prefilled {
+            origin: self.origin,
+            id,
+        });
+    }
+
+    fn send(&self, message: Message) {
+        // The request path never waits for peers: a full queue drops the message.
+        if self.tx.try_send(message).is_err() {
+            count(&self.metrics, "dropped");
+        }
+    }
+}
+
+async fn publish(
+    mut socket: PubSocket,
+    mut rx: mpsc::Receiver<Message>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let message = tokio::select! {
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => return,
+            },
+            _ = shutdown.changed() => return,
+        };
+        let frames = vec![
+            Bytes::from_static(wire::TOPIC),
+            Bytes::from(wire::encode(&message)),
+        ];
+        let message = ZmqMessage::try_from(frames).expect("two frames");
+        match socket.send(message).await {
+            Ok(()) => count(&metrics, "sent"),
+            Err(e) => {
+                count(&metrics, "dropped");
+                tracing::debug!("publishing a placement failed: {e}");
+            }
+        }
+    }
+}
+
+/// Follows every address the configured routers resolve to, resolving again every `every`:
+/// one task per address, started when it appears and stopped when it goes. A name that does
+/// not resolve keeps the addresses it had.
+async fn follow_all(
+    routers: Vec<String>,
+    every: Duration,
+    receiver: Arc<Receiver>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut resolved: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut following: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
+    loop {
+        for router in &routers {
+            match resolve(router).await {
+                Ok(addrs) => {
+                    resolved.insert(router.clone(), addrs);
+                }
+                Err(e) => {
+                    tracing::warn!(%router, "cannot resolve a peer router, keeping its last addresses: {e}")
+                }
+            }
+        }
+        let want: BTreeSet<&String> = resolved.values().flatten().collect();
+        following.retain(|addr, task| {
+            let keep = want.contains(addr);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for addr in want {
+            if !following.contains_key(addr) {
+                let task = tokio::spawn(follow(addr.clone(), receiver.clone()));
+                following.insert(addr.clone(), task.abort_handle());
+            }
+        }
+        receiver.metrics.peers_followed.set(following.len() as i64);
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    for task in following.values() {
+        task.abort();
+    }
+}
+
+/// `tcp://HOST:PORT` as the `tcp://IP:PORT` endpoints HOST has.
+async fn resolve(endpoint: &str) -> std::io::Result<BTreeSet<String>> {
+    let rest = endpoint.strip_prefix("tcp://").unwrap_or(endpoint);
+    let addrs = tokio::net::lookup_host(rest).await?;
+    Ok(addrs.map(|a| format!("tcp://{a}")).collect())
+}
+
+/// Receive one router's placements until the task is aborted, reconnecting when the socket
+/// fails.
+async fn follow(endpoint: String, receiver: Arc<Receiver>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let mut socket = SubSocket::new();
+        let connected = async {
+            socket
+                .subscribe(std::str::from_utf8(wire::TOPIC).expect("ASCII"))
+                .await?;
+            socket.connect(&endpoint).await
+        }
+        .await;
+        if let Err(e) = connected {
+            if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                last_warning = Some(Instant::now());
+                tracing::warn!(%endpoint, "cannot follow a peer router, retrying: {e}");
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
+        }
+        backoff = BACKOFF_MIN;
+        tracing::info!(%endpoint, "following a peer router's placements");
+        loop {
+            match socket.recv().await {
+                Ok(message) => receiver.apply(&message.into_vec()),
+                Err(e) => {
+                    tracing::debug!(%endpoint, "peer socket failed, reconnecting: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Applies the other routers' messages to this router's index.
+struct Receiver {
+    origin: u64,
+    block_bytes: u32,
+    tables: TableReader,
+    index: SharedIndex,
+    metrics: Arc<Metrics>,
+    remembered: parking_lot::Mutex<Remembered>,
+}
+
+impl Receiver {
+    fn apply(&self, frames: &[Bytes]) {
+        let message = match wire::decode(frames) {
+            Ok(m) => m,
+            Err(e) => {
+                count(&self.metrics, "undecodable");
+                tracing::debug!("undecodable placement message: {e}");
+                return;
+            }
+        };
+        if message.origin() == self.origin {
+            count(&self.metrics, "own");
+            return;
+        }
+        match message {
+            Message::Placed {
+                origin,
+                id,
+                model,
+                replica,
+                block_bytes,
+                hashes,
+                pending,
+            } => {
+                if block_bytes != self.block_bytes {
+                    count(&self.metrics, "other_hashing");
+                    return;
+                }
+                let Some(replica) = find(&self.tables.current(), &model, &replica) else {
+                    count(&self.metrics, "unknown_replica");
+                    return;
+                };
+                let mut index = self.index.lock();
+                index.on_routed(replica, &hashes);
+                if pending {
+                    let local = index.pending().insert(replica, &hashes, Instant::now());
+                    drop(index);
+                    self.remembered.lock().insert((origin, id), local);
+                }
+                count(&self.metrics, "placed");
+            }
+            Message::Prefilled { origin, id } => {
+                let local = self.remembered.lock().take((origin, id));
+                if let Some(local) = local {
+                    self.index.lock().pending().prefilled(local, Instant::now());
+                    count(&self.metrics, "prefilled");
+                }
+            }
+        }
+    }
+}
+
+/// The replica named `name` among the ones serving (or prefilling for) `model`.
+fn find(table: &Table, model: &str, name: &str) -> Option<ReplicaId> {
+    [table.candidates(model), table.prefill_candidates(model)]
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c.iter())
+        .find(|c| &*c.replica.name == name)
+        .map(|c| c.replica.id)
+}
+
+fn count(metrics: &Metrics, kind: &'static str) {
+    metrics
+        .peer_messages
+        .get_or_create(&PeerLabels { kind })
+        .inc();
+}
+
+/// Peers' pending placements by (origin, their id), to end them when their prefill is done;
+/// at most `max` (the oldest forgotten first: their blocks still end by the pending bounds).
+#[derive(Debug)]
+struct Remembered {
+    max: usize,
+    ids: HashMap<(u64, u64), PendingId>,
+    order: VecDeque<((u64, u64), PendingId)>,
+}
+
+impl Remembered {
+    fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            ids: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn insert(&mut self, key: (u64, u64), local: PendingId) {
+        self.ids.insert(key, local);
+        self.order.push_back((key, local));
+        while self.order.len() > self.max {
+            let Some((old, old_local)) = self.order.pop_front() else {
+                break;
+            };
+            // Only the entry this record was made for (the key may have been taken since).
+            if self.ids.get(&old) == Some(&old_local) {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn take(&mut self, key: (u64, u64)) -> Option<PendingId> {
+        self.ids.remove(&key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_placements_are_bounded_and_taken_once() {
+        let mut r = Remembered::new(3);
+        for i in 0..10u64 {
+            r.insert((1, i), i + 100);
+            assert!(r.ids.len() <= 3 && r.order.len() <= 3);
+        }
+        assert_eq!(r.take((1, 9)), Some(109));
+        assert_eq!(r.take((1, 9)), None);
+        // Forgotten: the oldest beyond the bound.
+        assert_eq!(r.take((1, 6)), None);
+        assert_eq!(r.take((1, 7)), Some(107));
+        // Another origin's id 8 is another placement.
+        assert_eq!(r.take((2, 8)), None);
+        assert_eq!(r.take((1, 8)), Some(108));
+    }
+}
