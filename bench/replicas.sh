@@ -252,7 +252,7 @@ start_front() { # system seed
         wait_http "http://127.0.0.1:$((ADMIN_PORT + k))/readyz" 30 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
         case $kind in precise|peered) wait_kv_following "$k" || return 1 ;; esac
       done
-      case $kind in precise|peered) sleep 1 ;; esac
+      case $kind in precise|peered|peered-approx) sleep 1 ;; esac
       ;;
     sglang-*|sglang-key-*)
       local policy=(--policy cache_aware $SGLANG_ARGS)

@@ -261,7 +261,14 @@ pub fn choose_among(
         index.on_routed(decision.replica, hashes);
         let pending = precise.is_some().then(|| {
             let id = index.pending().insert(decision.replica, hashes, now);
-            PendingGuard::new(indexes.approx.clone(), id, indexes.peers.clone())
+            PendingGuard::new(
+                indexes.approx.clone(),
+                id,
+                indexes
+                    .peers
+                    .clone()
+                    .map(|p| p as Arc<dyn crate::state::index::PrefillListener>),
+            )
         });
         // The predictor must learn from the same inputs it predicted with.
         let chosen = &views[decision.index];

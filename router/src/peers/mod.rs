@@ -16,7 +16,7 @@ pub mod wire;
 
 use crate::config::PeersConfig;
 use crate::metrics::{Metrics, PeerLabels};
-use crate::state::index::SharedIndex;
+use crate::state::index::{PrefillListener, SharedIndex};
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
 use bytes::Bytes;
@@ -125,19 +125,21 @@ impl Peers {
         });
     }
 
-    /// The pending request `id` has its first byte (or ended).
-    pub fn prefilled(&self, id: PendingId) {
-        self.send(Message::Prefilled {
-            origin: self.origin,
-            id,
-        });
-    }
-
     fn send(&self, message: Message) {
         // The request path never waits for peers: a full queue drops the message.
         if self.tx.try_send(message).is_err() {
             count(&self.metrics, "dropped");
         }
+    }
+}
+
+impl PrefillListener for Peers {
+    /// The pending request `id` has its first byte (or ended).
+    fn prefilled(&self, id: PendingId) {
+        self.send(Message::Prefilled {
+            origin: self.origin,
+            id,
+        });
     }
 }
 

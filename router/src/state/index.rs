@@ -52,14 +52,19 @@ impl RouterIndex {
 pub struct PendingGuard {
     index: SharedIndex,
     id: PendingId,
-    peers: Option<std::sync::Arc<crate::peers::Peers>>,
+    peers: Option<std::sync::Arc<dyn PrefillListener>>,
+}
+
+/// Told when a pending request's prefill is done (the router's peers, `crate::peers`).
+pub trait PrefillListener: Send + Sync {
+    fn prefilled(&self, id: PendingId);
 }
 
 impl PendingGuard {
     pub fn new(
         index: SharedIndex,
         id: PendingId,
-        peers: Option<std::sync::Arc<crate::peers::Peers>>,
+        peers: Option<std::sync::Arc<dyn PrefillListener>>,
     ) -> Self {
         Self { index, id, peers }
     }
