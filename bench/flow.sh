@@ -50,7 +50,12 @@ DRAIN=${DRAIN:-20s}
 TIMEOUT=${TIMEOUT:-60s}
 QUEUE_TTL_MS=${QUEUE_TTL_MS:-60000}
 HEADROOM=${HEADROOM:-2}           # warmpath-headroom and warmpath-isolate only
-ISOLATE_PREFILL=${ISOLATE_PREFILL:-$((2 * PROMPT))}  # warmpath-isolate only
+# warmpath-isolate only. Half a prompt per replica: the pool's bound (this × ready replicas) is
+# then one backlog prompt pending at a time on the 2 replicas, so a light request always finds a
+# replica with no backlog prefill in its step: the isolation target met for about a quarter of
+# the fleet's tokens/s (bench/results-flow/isolation-strict/). 2 × PROMPT (the earlier default)
+# costs about 9 % for 1.27× (bench/results-flow/isolation-perreplica/).
+ISOLATE_PREFILL=${ISOLATE_PREFILL:-$((PROMPT / 2))}
 LIGHT_FIRST=${LIGHT_FIRST:-false}                 # warmpath-isolate only
 SGLANG_QUEUE=${SGLANG_QUEUE:-1000}
 SIM_PORT=${SIM_PORT:-18601}

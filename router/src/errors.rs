@@ -329,7 +329,17 @@ pub enum StartError {
     #[error("tls: {0}")]
     Tls(#[from] TlsError),
     #[error(transparent)]
-    Peers(#[from] crate::peers::PeersError),
+    Peers(#[from] PeersError),
+}
+
+/// Why peering (`crate::peers`) could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PeersError {
+    #[error("peers.listen `{endpoint}`: {source}")]
+    Bind {
+        endpoint: String,
+        source: zeromq::ZmqError,
+    },
 }
 
 /// Why the API listener's certificate or key did not load (`crate::server::tls`).

@@ -15,6 +15,7 @@
 pub mod wire;
 
 use crate::config::PeersConfig;
+use crate::errors::PeersError;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::state::index::{PrefillListener, SharedIndex};
 use crate::state::publish::TableReader;
@@ -32,16 +33,6 @@ use zeromq::{PubSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// Why peering could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum PeersError {
-    #[error("peers.listen `{endpoint}`: {source}")]
-    Bind {
-        endpoint: String,
-        source: zeromq::ZmqError,
-    },
-}
 
 /// This router's side of peering: placements go out through it.
 pub struct Peers {
