@@ -506,3 +506,33 @@ fn objectives_are_checked() {
         "objectives"
     );
 }
+
+#[test]
+fn peers_endpoints_and_bounds_are_checked() {
+    let c = Config::parse(&format!(
+        "{MINIMAL}peers: {{ listen: \"tcp://0.0.0.0:5570\", routers: [\"tcp://router-peers.ns.svc:5570\"] }}\n"
+    ))
+    .unwrap();
+    assert_eq!(c.peers.listen.as_deref(), Some("tcp://0.0.0.0:5570"));
+    assert_eq!(c.peers.queue, PeersConfig::default().queue);
+    assert_eq!(Config::parse(MINIMAL).unwrap().peers.listen, None);
+    for (peers, field, says) in [
+        ("{ listen: \"udp://0.0.0.0:1\" }", "peers.listen", "tcp://"),
+        (
+            "{ routers: [\"tcp://a:1\", \"tcp://b\"] }",
+            "peers.routers[1]",
+            "HOST:PORT",
+        ),
+        (
+            "{ listen: \"tcp://0.0.0.0:1\", queue: 0 }",
+            "peers.queue",
+            "> 0",
+        ),
+        ("{ max_remembered: 0 }", "peers.max_remembered", "> 0"),
+        ("{ resolve_every_ms: 0 }", "peers.resolve_every_ms", "> 0"),
+    ] {
+        let e = err(&format!("{MINIMAL}peers: {peers}\n"));
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+}
