@@ -456,20 +456,13 @@ for name, r in ratios.items():
         cells.append(f"{r[k]['of_medians']:.3f} ({ps})")
     L.append(f"| {name} | " + " | ".join(cells) + " |")
 L.append("")
-key = f"precise-{routers}/precise-1"
-if key in ratios:
-    r = ratios[key]["hit_rate"]
-    worst = min(v for v in r["per_seed"].values() if v is not None)
-    verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
-    L.append(f"**Target (precise-{routers}/precise-1 hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
-             f"worst seed {worst:.3f}.\n")
-key = f"peered-{routers}/precise-1"
-if key in ratios:
-    r = ratios[key]["hit_rate"]
-    worst = min(v for v in r["per_seed"].values() if v is not None)
-    verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
-    L.append(f"**With `peers` (peered-{routers}/precise-1 hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
-             f"worst seed {worst:.3f}.\n")
+for key, label in [(f"precise-{routers}/precise-1", "Target"), (f"peered-{routers}/precise-1", "With `peers`")]:
+    if key in ratios:
+        r = ratios[key]["hit_rate"]
+        worst = min(v for v in r["per_seed"].values() if v is not None)
+        verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
+        L.append(f"**{label} ({key} hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
+                 f"worst seed {worst:.3f}.\n")
 for a, b in [(f"approx-{routers}", "approx-1"), (f"peered-approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"), ("precise-1", "approx-1")]:
     k = f"{a}/{b}"
     if k in ratios:
