@@ -259,7 +259,6 @@ pub async fn start_with(
     let mut tasks = Vec::new();
     // Placements told to and heard from the other router replicas (`peers`).
     let peers = match peers::Peers::start(
-        &tables.current().config.peers,
         tables.clone(),
         index.clone(),
         metrics.clone(),

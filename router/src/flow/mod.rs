@@ -291,13 +291,7 @@ impl FlowControl {
                         .inc();
                     count_in(admitted, prefilling, tenants, &seed);
                     *light_prefilling += u32::from(light);
-                    let grant = self.grant(
-                        model.clone(),
-                        seed,
-                        Some(d.ticket),
-                        light,
-                        placement(flow, light),
-                    );
+                    let grant = self.grant(model.clone(), seed, Some(d.ticket), light, flow);
                     if let Err(Ok(permit)) = tx.send(Ok(grant)) {
                         undelivered.push(permit);
                     }
@@ -314,7 +308,7 @@ impl FlowControl {
         seed: Seed,
         ticket: Option<Ticket>,
         light: bool,
-        placement: Placement,
+        flow: &FlowConfig,
     ) -> Permit {
         Permit(Some(Arc::new(Grant {
             shared: self.shared.clone(),
@@ -322,7 +316,7 @@ impl FlowControl {
             uncached: AtomicU64::new(seed.prompt_tokens),
             prefilling: AtomicU64::new(seed.prompt_tokens),
             light,
-            placement,
+            placement: placement(flow, light),
             output: AtomicU64::new(UNKNOWN),
             seed: Some(seed),
             ticket,
@@ -575,7 +569,7 @@ impl Admission for FlowControl {
                     path,
                 })
                 .inc();
-            return Admit::Now(self.grant(model, seed, None, light, placement(flow, light)));
+            return Admit::Now(self.grant(model, seed, None, light, flow));
         }
         if sheddable {
             limiters.release(seed.limit, None);

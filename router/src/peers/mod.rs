@@ -14,7 +14,6 @@
 
 pub mod wire;
 
-use crate::config::PeersConfig;
 use crate::errors::PeersError;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::state::index::{PrefillListener, SharedIndex};
@@ -43,15 +42,17 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// Binds `peers.listen` and starts the publisher and the followers of `peers.routers`;
-    /// `None` when peering is off. The tasks end when `shutdown` turns true.
+    /// Binds `peers.listen` and starts the publisher and the followers of `peers.routers`, as
+    /// the current table's configuration has them (read at start); `None` when peering is off.
+    /// The tasks end when `shutdown` turns true.
     pub async fn start(
-        config: &PeersConfig,
         tables: TableReader,
         index: SharedIndex,
         metrics: Arc<Metrics>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Option<(Arc<Peers>, Vec<JoinHandle<()>>)>, PeersError> {
+        let table = tables.current();
+        let config = &table.config.peers;
         let Some(listen) = &config.listen else {
             return Ok(None);
         };
@@ -65,7 +66,7 @@ impl Peers {
             })?;
         tracing::info!(endpoint = %bound, routers = ?config.routers, "publishing placements to peers");
         let origin = rand::random::<u64>();
-        let block_bytes = u32::try_from(tables.current().config.index.block_bytes).unwrap_or(0);
+        let block_bytes = u32::try_from(table.config.index.block_bytes).unwrap_or(0);
         let (tx, rx) = mpsc::channel(config.queue);
         let receiver = Arc::new(Receiver {
             origin,
@@ -107,12 +108,11 @@ impl Peers {
         }
         self.send(Message::Placed {
             origin: self.origin,
-            id: pending.unwrap_or(0),
+            pending,
             model: model.to_owned(),
             replica: replica.to_owned(),
             block_bytes: self.block_bytes,
             hashes: hashes.to_vec(),
-            pending: pending.is_some(),
         });
     }
 
@@ -281,12 +281,11 @@ impl Receiver {
         match message {
             Message::Placed {
                 origin,
-                id,
+                pending,
                 model,
                 replica,
                 block_bytes,
                 hashes,
-                pending,
             } => {
                 if block_bytes != self.block_bytes {
                     count(&self.metrics, "other_hashing");
@@ -298,7 +297,7 @@ impl Receiver {
                 };
                 let mut index = self.index.lock();
                 index.on_routed(replica, &hashes);
-                if pending {
+                if let Some(id) = pending {
                     let local = index.pending().insert(replica, &hashes, Instant::now());
                     drop(index);
                     self.remembered.lock().insert((origin, id), local);

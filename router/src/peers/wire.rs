@@ -13,18 +13,17 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
     /// A request with these prompt blocks was sent to `replica` (a replica name, the same in
-    /// every router of one configuration). `pending`: the replica is followed through KV
-    /// events, so its blocks count as held until the sender's `Prefilled` (or the receiver's
-    /// pending bounds) end them.
+    /// every router of one configuration). `pending`: the sender's id for it when the replica
+    /// is followed through KV events, so its blocks count as held until the sender's
+    /// `Prefilled` with that id (or the receiver's pending bounds) end them.
     Placed {
         origin: u64,
-        id: u64,
+        pending: Option<u64>,
         model: String,
         replica: String,
         /// The sender's `index.block_bytes`: hashes of another block size match nothing.
         block_bytes: u32,
         hashes: Vec<u64>,
-        pending: bool,
     },
     /// The request `id` of `origin` has its first byte: its engine will report the blocks.
     Prefilled { origin: u64, id: u64 },
@@ -85,12 +84,11 @@ mod tests {
     fn placed() -> Message {
         Message::Placed {
             origin: 7,
-            id: 42,
+            pending: Some(42),
             model: "tiny".into(),
             replica: "r1".into(),
             block_bytes: 256,
             hashes: vec![1, u64::MAX, 3],
-            pending: true,
         }
     }
 
