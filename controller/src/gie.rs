@@ -134,6 +134,7 @@ pub fn translate(pool: &GiePool) -> Result<Translated, TranslateError> {
     Ok(Translated {
         spec: InferencePoolSpec {
             models,
+            lora_adapters: Vec::new(),
             selector: Some(selector.clone()),
             target_port: Some(port),
             role: Default::default(),

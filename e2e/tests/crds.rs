@@ -97,14 +97,15 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
         pool.data["spec"]["scheduling"]["weights"],
         json!({"prefix": 3, "load": 1, "queue": 2, "kvCache": 2})
     );
-    api(&ns, "InferencePool")
+    let prefill_pool = api(&ns, "InferencePool")
         .create(
             &pp,
             &warmpath_object(
                 "InferencePool",
                 "llama-prefill",
                 json!({
-                    "models": ["llama"], "role": "prefill", "engine": "sglang",
+                    "models": ["llama", "llama-sql"], "loraAdapters": ["llama-sql"],
+                    "role": "prefill", "engine": "sglang",
                     "kvEvents": {"port": 5557},
                     "scheduling": {"weights": {"prefix": 1, "load": 0, "queue": 0, "kvCache": 0}}
                 }),
@@ -112,6 +113,11 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
         )
         .await
         .expect("a pool of hand-written replicas (no selector) is accepted");
+    assert_eq!(
+        prefill_pool.data["spec"]["loraAdapters"],
+        json!(["llama-sql"]),
+        "the adapters are kept (not pruned)"
+    );
 
     for (name, address) in [
         ("tpu-vm", "10.20.0.7"),
@@ -191,6 +197,7 @@ async fn valid_objects_are_accepted_defaulted_and_listed() {
     assert_eq!(column(&llama, "READY"), "2", "{pools}");
     let prefill = row(&pools, "llama-prefill");
     assert_eq!(column(&prefill, "ROLE"), "prefill", "{pools}");
+
     let replicas = kubectl_get(&ns, "irep");
     let vm = row(&replicas, "tpu-vm");
     assert_eq!(column(&vm, "POOL"), "llama-prefill", "{replicas}");
@@ -247,6 +254,11 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
             "InferencePool",
             json!({"models": ["a"], "selector": {}, "targetPort": 8000}),
             &["spec.selector", "would select every pod"],
+        ),
+        (
+            "InferencePool",
+            json!({"models": ["a", "a-lora"], "loraAdapters": ["b-lora"]}),
+            &["spec.loraAdapters", "must name models the pool serves"],
         ),
         (
             "InferencePool",

@@ -42,6 +42,7 @@ fn event_to_value(e: &KvEvent) -> Value {
             block_size,
             lora_id,
             medium,
+            lora_name,
             extra_keys,
         } => Value::Map(vec![
             (k("type"), k("BlockStored")),
@@ -63,7 +64,7 @@ fn event_to_value(e: &KvEvent) -> Value {
             (k("block_size"), Value::from(*block_size)),
             (k("lora_id"), lora_id.map(Value::from).unwrap_or(Value::Nil)),
             (k("medium"), opt_str(medium)),
-            (k("lora_name"), Value::Nil),
+            (k("lora_name"), opt_str(lora_name)),
             (
                 k("extra_keys"),
                 Value::Array(
@@ -223,6 +224,7 @@ fn decode_event(v: Value) -> Result<KvEvent, DecodeError> {
                 .ok_or_else(|| shape(format!("block_size: {}", field("block_size"))))?,
             lora_id: field("lora_id").as_i64(),
             medium: field("medium").as_str().map(str::to_owned),
+            lora_name: field("lora_name").as_str().map(str::to_owned),
             extra_keys: extra_keys(field("extra_keys"))?,
         }),
         "BlockRemoved" => Ok(KvEvent::BlockRemoved {
@@ -298,6 +300,7 @@ mod tests {
             token_ids: (0..8).collect(),
             block_size: 4,
             lora_id: None,
+            lora_name: None,
             medium: Some("GPU".into()),
             extra_keys: Vec::new(),
         }
@@ -382,6 +385,7 @@ mod tests {
                 token_ids: vec![3, 4],
                 block_size: 2,
                 lora_id: None,
+                lora_name: None,
                 medium: Some("GPU".into()),
                 extra_keys: Vec::new(),
             }

@@ -33,6 +33,9 @@ pub enum KvEvent {
         block_size: u32,
         lora_id: Option<i64>,
         medium: Option<String>,
+        /// The LoRA adapter the blocks were computed under (vLLM's `lora_name`: the served
+        /// model name a request asked for), `None` for the base model.
+        lora_name: Option<String>,
         /// The extra keys each block's hash was computed with (vLLM's `extra_keys`: the LoRA
         /// name, multimodal identifiers and offsets, the cache salt), one entry per block as
         /// the msgpack encoding of its tuple, empty for a block without any; the whole vector

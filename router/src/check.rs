@@ -97,11 +97,14 @@ pub fn report(
             ],
         });
         let body = serde_json::to_vec(&body).expect("JSON values serialize");
-        let features =
-            crate::request::parse(Endpoint::ChatCompletions, &body, &table.hasher, |m| {
-                table.precise(m).map(|p| p.tokens.clone())
-            })
-            .map_err(route_err)?;
+        // As the proxy parses a request (its tokenizer, its adapter's and salt's keys).
+        let features = crate::api::parse::features(
+            Endpoint::ChatCompletions,
+            &body,
+            &http::HeaderMap::new(),
+            &table,
+        )
+        .map_err(|r| route_err(r.error))?;
         let routed = choose(
             &indexes,
             &table,

@@ -31,7 +31,13 @@ pub struct RequestFeatures {
     pub prompt: BlockHashes,
     /// The prompt's token ids as the engine computes them, for models routed from KV events
     /// (`None` otherwise, or when tokenizing failed: the approximate index still routes it).
+    /// With [`RequestFeatures::media`], only those before the message holding the first
+    /// multimodal item.
     pub tokens: Option<Vec<u32>>,
+    /// A chat message carries a non-text part (an image, audio, video): the engine keys the
+    /// blocks from there on with the item's identifier and expands it into placeholder tokens,
+    /// neither of which the router can know, so `tokens` stops before it.
+    pub media: bool,
     /// vLLM's `cache_salt`: the engine folds it into the first block's hash, so only requests
     /// with the same salt share cached blocks.
     pub cache_salt: Option<String>,
@@ -85,6 +91,7 @@ pub fn parse(
     let tokenizer = tokenizer_for(&model);
     let tokenizer = tokenizer.as_deref();
     let mut tokens = None;
+    let mut media = false;
     let prompt = match endpoint {
         Endpoint::Completions => match wire.prompt {
             Some(p) => {
@@ -105,25 +112,17 @@ pub fn parse(
         },
         Endpoint::ChatCompletions => match wire.messages {
             Some(msgs) if !msgs.is_empty() => {
+                let first_media = msgs.iter().position(Message::has_media);
+                media = first_media.is_some();
+                if let Some(t) = tokenizer {
+                    tokens = chat_tokens(t, &msgs, first_media);
+                }
+                // The approximate index sees each item as a digest of its part, so that the
+                // same image matches and another does not.
                 let owned: Vec<(&str, Cow<'_, str>)> = msgs
                     .iter()
-                    .map(|m| (m.role.0.as_ref(), m.content_text()))
+                    .map(|m| (m.role.0.as_ref(), m.content_text(true)))
                     .collect();
-                if let Some(t) = tokenizer {
-                    let messages: Vec<ChatMessage> = owned
-                        .iter()
-                        .map(|(role, content)| ChatMessage {
-                            role: (*role).to_owned(),
-                            content: content.as_ref().to_owned(),
-                        })
-                        .collect();
-                    // As vLLM: the rendered chat carries its own special tokens.
-                    tokens = t
-                        .tokenizer
-                        .render_chat(&messages)
-                        .and_then(|text| t.encode(&text, false))
-                        .ok();
-                }
                 hasher.hash_chat(owned.iter().map(|(r, c)| (*r, c.as_ref())))
             }
             _ => {
@@ -143,9 +142,41 @@ pub fn parse(
         user,
         prompt,
         tokens,
+        media,
         cache_salt,
         session: Default::default(),
     })
+}
+
+/// Stands for the message holding the first multimodal item while the chat is rendered, to
+/// find where its tokens start (private-use characters no real prompt is expected to hold).
+const MEDIA_MARK: &str = "\u{F8FF}warmpath-media\u{F8FF}";
+
+/// A chat's token ids as the engine computes them: the rendered chat, tokenized without adding
+/// special tokens (as vLLM: the template carries its own). With a multimodal item in message
+/// `first_media`, only the tokens before that message, less the last one (which may merge
+/// with what follows it); `None` when the template does not show where that message begins.
+fn chat_tokens(t: &Tokens, msgs: &[Message<'_>], first_media: Option<usize>) -> Option<Vec<u32>> {
+    let messages: Vec<ChatMessage> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| ChatMessage {
+            role: m.role.0.as_ref().to_owned(),
+            content: if Some(i) == first_media {
+                MEDIA_MARK.to_owned()
+            } else {
+                m.content_text(false).into_owned()
+            },
+        })
+        .collect();
+    let text = t.tokenizer.render_chat(&messages).ok()?;
+    let Some(_) = first_media else {
+        return t.encode(&text, false).ok();
+    };
+    let before = &text[..text.find(MEDIA_MARK)?];
+    let mut tokens = t.encode(before, false).ok()?;
+    tokens.pop();
+    Some(tokens)
 }
 
 fn hash_prompt(prompt: &Prompt<'_>, hasher: &BlockHasher) -> BlockHashes {
@@ -303,21 +334,34 @@ struct Message<'a> {
 }
 
 impl Message<'_> {
-    fn content_text(&self) -> Cow<'_, str> {
+    /// The message's text: its text parts joined by newlines (as vLLM flattens them), with
+    /// `digests` a digest of each multimodal part in its place.
+    fn content_text(&self, digests: bool) -> Cow<'_, str> {
         match &self.content {
             None => Cow::Borrowed(""),
             Some(Content::Text(s)) => Cow::Borrowed(s.0.as_ref()),
             Some(Content::Parts(parts)) => {
-                let texts: Vec<&str> = parts
+                let texts: Vec<Cow<'_, str>> = parts
                     .iter()
-                    .filter_map(|p| p.text.as_ref().map(|t| t.0.as_ref()))
+                    .filter_map(|p| match (&p.text, p.media) {
+                        (Some(t), _) => Some(Cow::Borrowed(t.0.as_ref())),
+                        (None, Some(raw)) if digests => Some(Cow::Owned(format!(
+                            "\u{FFFC}{:016x}",
+                            xxhash_rust::xxh3::xxh3_64(raw.as_bytes())
+                        ))),
+                        (None, _) => None,
+                    })
                     .collect();
                 match texts.as_slice() {
-                    [one] => Cow::Borrowed(*one),
+                    [Cow::Borrowed(one)] => Cow::Borrowed(*one),
                     _ => Cow::Owned(texts.join("\n")),
                 }
             }
         }
+    }
+
+    fn has_media(&self) -> bool {
+        matches!(&self.content, Some(Content::Parts(parts)) if parts.iter().any(|p| p.media.is_some()))
     }
 }
 
@@ -326,10 +370,42 @@ enum Content<'a> {
     Parts(Vec<Part<'a>>),
 }
 
-#[derive(Deserialize)]
+/// A content part: text (`text`, `input_text`, `output_text`, `refusal`, or untyped with a
+/// `text` field), or a multimodal item (any other type), kept as its raw JSON.
 struct Part<'a> {
-    #[serde(borrow, default)]
     text: Option<Str<'a>>,
+    media: Option<&'a str>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Part<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(rename = "type", borrow, default)]
+            kind: Option<Str<'a>>,
+            #[serde(borrow, default)]
+            text: Option<Str<'a>>,
+        }
+        let raw: &'de serde_json::value::RawValue = Deserialize::deserialize(d)?;
+        let fields: Fields<'de> = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+        let textual = match &fields.kind {
+            None => true,
+            Some(k) => matches!(
+                k.0.as_ref(),
+                "text" | "input_text" | "output_text" | "refusal"
+            ),
+        };
+        Ok(match textual {
+            true => Part {
+                text: fields.text,
+                media: None,
+            },
+            false => Part {
+                text: None,
+                media: Some(raw.get()),
+            },
+        })
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {

@@ -208,7 +208,15 @@ async fn predictions_match_with_a_real_tokenizer_and_chat_template() {
 }
 
 async fn seeded_mix(f: Fleet) {
-    let a = cached_token_agreement(f.rt.addr, 60, 1200, 200, Duration::from_millis(20)).await;
+    let a = cached_token_agreement(
+        f.rt.addr,
+        &["tiny"],
+        60,
+        1200,
+        200,
+        Duration::from_millis(20),
+    )
+    .await;
     a.assert_at_least(95);
     f.rt.shutdown().await;
 }

@@ -34,6 +34,7 @@ fn store(tokens: &[u32], engine_seed: u64) -> KvEvent {
         token_ids: tokens[..blocks * BLOCK].to_vec(),
         block_size: BLOCK as u32,
         lora_id: None,
+        lora_name: None,
         medium: None,
         extra_keys: Vec::new(),
     }

@@ -18,7 +18,7 @@
 //! [`CHAIN_SEED`] before the first block.
 
 use crate::BlockHash;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// The seed of the first block's hash. Fixed so that every router process (and tests) agree.
 pub const CHAIN_SEED: u64 = 0x7761_726d_7061_7468; // "warmpath"
@@ -50,6 +50,21 @@ pub struct BlockHashes {
     pub hashes: Vec<BlockHash>,
     /// Total canonical bytes of the prompt (including the partial last block).
     pub total_bytes: usize,
+}
+
+impl BlockHashes {
+    /// Key every block by `scope` as well (bytes that keep a prompt's cache apart from the
+    /// same text's elsewhere: a LoRA adapter, a cache salt), so that two prompts share a block
+    /// only when they share its text prefix and their scope. Empty `scope`: no change.
+    pub fn scope(&mut self, scope: &[u8]) {
+        if scope.is_empty() {
+            return;
+        }
+        let seed = xxh3_64(scope);
+        for h in &mut self.hashes {
+            *h = xxh3_64_with_seed(&h.to_le_bytes(), seed);
+        }
+    }
 }
 
 impl BlockHasher {

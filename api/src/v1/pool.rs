@@ -30,12 +30,20 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.loraAdapters) || self.loraAdapters.all(a, a in self.models)").message("spec.loraAdapters must name models the pool serves (spec.models)").field_path(".loraAdapters"))]
 #[x_kube(validation = Rule::new("!has(self.selector) || has(self.targetPort)").message("spec.targetPort is required when spec.selector is set: the port the engine listens on in each selected pod (vLLM's default is 8000, SGLang's 30000)").field_path(".targetPort"))]
 pub struct InferencePoolSpec {
     /// Model names the pool serves, as requests name them in `model`.
     #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 256)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub models: Vec<String>,
+    /// Which of `models` are LoRA adapters (vLLM `--lora-modules NAME=PATH`): an engine caches
+    /// an adapter's blocks apart from the base model's, and so does the router. With
+    /// `kvEvents`, adapters the engines' events name are learned without this.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub lora_adapters: Vec<String>,
     /// Labels of the pods serving the pool (like a Service's selector): each ready pod becomes
     /// an InferenceReplica. Omit it for a pool of hand-written InferenceReplicas only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,7 @@
 //! the same new prefix see each other: the second finds the first's blocks and follows it.
 
 use super::admission::Placement;
+use super::block_extras::BlockExtras;
 use super::{Attempt, AttemptError, Chosen};
 use crate::decisions::{CandidateExplained, DecisionLog, Explanation, Record};
 use crate::errors::{ApiError, RespBody};
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::{Layer, Service};
-use warmpath_routing::index::{prompt_keys, prompt_keys_with_extras, PrefixIndex};
+use warmpath_routing::index::{prompt_keys_by, PrefixIndex};
 use warmpath_routing::prompt::estimate_tokens;
 use warmpath_routing::scheduler::{Decision, ReplicaView, RequestView};
 use warmpath_routing::ReplicaId;
@@ -141,6 +142,10 @@ pub fn choose_among(
         .collect();
     let hashes = &features.prompt.hashes;
     let prompt_tokens = match &features.tokens {
+        // Tokens before a multimodal item only: the item's own are not known here.
+        Some(t) if features.media => u32::try_from(t.len()).map_or(u32::MAX, |n| {
+            n.max(estimate_tokens(features.prompt.total_bytes))
+        }),
         Some(t) => u32::try_from(t.len()).unwrap_or(u32::MAX),
         None => estimate_tokens(features.prompt.total_bytes),
     };
@@ -151,15 +156,15 @@ pub fn choose_among(
         tokens_per_block,
     };
     let mut matched = vec![0u32; ready.len()];
-    let salt = features.cache_salt.as_deref().map(salt_extra);
     let precise = features.tokens.as_deref().map(|tokens| {
-        precise_matches(
-            &indexes.precise,
-            &ready,
+        let prompt = KeyedPrompt {
             tokens,
-            salt.as_deref(),
-            request.blocks,
-        )
+            model: &features.model,
+            declared_adapter: table.is_adapter(&features.model),
+            salt: features.cache_salt.as_deref(),
+            continues: features.media,
+        };
+        precise_matches(&indexes.precise, &ready, &prompt, request.blocks)
     });
     // The session's home (its token checked, its map entry read) before the index lock: the
     // lock is held by every choice, this work need not be.
@@ -422,29 +427,34 @@ struct PreciseMatch {
     tokens: u32,
 }
 
-/// The extra key vLLM folds into a salted prompt's first block: its `extra_keys` tuple
-/// `(cache_salt,)`, as the msgpack bytes the events carry.
-fn salt_extra(salt: &str) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(salt.len() + 6);
-    let tuple = rmpv::Value::Array(vec![rmpv::Value::from(salt)]);
-    rmpv::encode::write_value(&mut bytes, &tuple).expect("writing to a Vec cannot fail");
-    bytes
+/// What a request's token blocks are keyed by.
+struct KeyedPrompt<'a> {
+    /// The prompt as the engine tokenizes it (up to its first multimodal item).
+    tokens: &'a [u32],
+    model: &'a str,
+    /// `pools[].lora_adapters` names `model` (the engines' events may say so too).
+    declared_adapter: bool,
+    salt: Option<&'a str>,
+    /// The prompt goes on after `tokens` (a multimodal item follows).
+    continues: bool,
 }
 
-/// Each candidate's match from the engines' KV events (`tokens`: the prompt as the engine
-/// tokenizes it; `salt`: its first block's extra key; `blocks`: the prompt's length in
+/// Each candidate's match from the engines' KV events (`blocks`: the prompt's length in
 /// approximate-index blocks).
 fn precise_matches(
     precise: &SharedPrecise,
     ready: &[&Candidate],
-    tokens: &[u32],
-    salt: Option<&[u8]>,
+    prompt: &KeyedPrompt<'_>,
     blocks: u32,
 ) -> Vec<PreciseMatch> {
     let statuses: Vec<_> = ready.iter().map(|c| *c.replica.kv.lock()).collect();
     // Keys per block size (one in practice: a pool's engines share it).
     let mut keys: Vec<(usize, Vec<u64>)> = Vec::new();
     let index = precise.lock();
+    let adapter =
+        (prompt.declared_adapter || index.is_adapter(prompt.model)).then_some(prompt.model);
+    let extras = BlockExtras::new(adapter, prompt.salt);
+    let tokens = prompt.tokens;
     let mut out = [0u32];
     ready
         .iter()
@@ -468,18 +478,17 @@ fn precise_matches(
             let at = match keys.iter().position(|(b, _)| *b == bs) {
                 Some(i) => i,
                 None => {
-                    let k = match salt {
-                        Some(salt) => prompt_keys_with_extras(tokens, bs, &[salt]),
-                        None => prompt_keys(tokens, bs, &[]),
-                    };
-                    keys.push((bs, k));
+                    keys.push((bs, prompt_keys_by(tokens, bs, |i| extras.block(i))));
                     keys.len() - 1
                 }
             };
             index.longest_prefix(&keys[at].1, &[c.replica.id], &mut out);
             // An engine computes at least the prompt's last token (vLLM's rule): a fully cached
             // prompt reuses all but its last block.
-            let usable = tokens.len().saturating_sub(1) / bs;
+            let usable = match prompt.continues {
+                true => tokens.len() / bs,
+                false => tokens.len().saturating_sub(1) / bs,
+            };
             let cached = (out[0] as usize).min(usable) * bs;
             let share = cached as f64 / tokens.len().max(1) as f64;
             PreciseMatch {

@@ -20,6 +20,7 @@
 //! a P/D policy, flow control) is a layer at its place in [`stack`].
 
 pub mod admission;
+mod block_extras;
 pub mod choose;
 pub mod endpoints;
 pub mod forward;

@@ -80,6 +80,13 @@ pub(crate) fn features(
         (body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
     })
     .map_err(Rejection::before_parse)?;
+    // The engine caches an adapter's or a salted prompt's blocks apart: so does the approximate
+    // index (the precise keys fold the same in `choose`, with the adapters events name too).
+    let adapter = table
+        .is_adapter(&features.model)
+        .then_some(features.model.as_str());
+    let extras = super::block_extras::BlockExtras::new(adapter, features.cache_salt.as_deref());
+    features.prompt.scope(extras.scope());
     features.session = session_of(headers, &table.config.sessions, &features);
     if !table.serves(&features.model) {
         let error = ApiError::unknown_model(&features.model);

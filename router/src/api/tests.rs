@@ -578,3 +578,53 @@ impl std::fmt::Display for RejectionError {
     }
 }
 impl std::error::Error for RejectionError {}
+
+/// The approximate index keeps an adapter's and a salted prompt's blocks apart from the same
+/// text's elsewhere, as the engine's cache does; the base model and its unsalted prompts share.
+#[test]
+fn adapters_and_salts_scope_the_approximate_hashes() {
+    let config = Config::parse(
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  - name: p\n    models: [tiny, tiny-alias, tiny-sql]\n    lora_adapters: [tiny-sql]\n    metrics_path: null\n    replicas:\n      - { name: r0, url: \"http://127.0.0.1:1\" }\n",
+    )
+    .expect("valid test config");
+    let mut registry = ReplicaRegistry::default();
+    registry.sync(&config);
+    let table = Table::build(Arc::new(config), &registry, &Metrics::new());
+    let prompt = "a long shared prompt, long enough for several blocks of the index ".repeat(20);
+    let hashes = |model: &str, salt: Option<&str>| {
+        let mut body = serde_json::json!({"model": model, "prompt": prompt});
+        if let Some(s) = salt {
+            body["cache_salt"] = s.into();
+        }
+        let body = body.to_string();
+        super::parse::features(
+            Endpoint::Completions,
+            body.as_bytes(),
+            &http::HeaderMap::new(),
+            &table,
+        )
+        .map_err(|r| r.error)
+        .expect("valid request")
+        .prompt
+        .hashes
+    };
+    let base = hashes("tiny", None);
+    assert!(base.len() > 4);
+    assert_eq!(
+        hashes("tiny-alias", None),
+        base,
+        "served names of one model share"
+    );
+    let adapter = hashes("tiny-sql", None);
+    let salted = hashes("tiny", Some("s1"));
+    for (what, h) in [("adapter", &adapter), ("salt", &salted)] {
+        assert_eq!(h.len(), base.len());
+        assert!(
+            h.iter().zip(&base).all(|(a, b)| a != b),
+            "{what}: no block shared"
+        );
+    }
+    assert_eq!(hashes("tiny", Some("s1")), salted, "one salt shares");
+    assert_ne!(hashes("tiny", Some("s2")), salted);
+    assert_ne!(hashes("tiny-sql", Some("s1")), adapter);
+}

@@ -223,6 +223,12 @@ pub struct PoolConfig {
     /// Route from the engines' KV-cache events (precise prefix matching).
     #[serde(default)]
     pub kv_events: Option<KvEventsConfig>,
+    /// The `models` that are LoRA adapters (vLLM `--lora-modules NAME=PATH`, or loaded at run
+    /// time): an engine caches an adapter's blocks apart from the base model's, so the router
+    /// keys them apart too. With `kv_events`, adapters the engines' events name are learned
+    /// without this; listing them makes the first requests exact as well.
+    #[serde(default)]
+    pub lora_adapters: Vec<String>,
     /// This pool's weights of the `prefix` policy, instead of `scheduling.weights`.
     #[serde(default)]
     pub weights: Option<warmpath_routing::scheduler::Weights>,
@@ -662,6 +668,14 @@ impl Config {
             }
             if let Some(kv) = &pool.kv_events {
                 kv.validate(pp.key("kv_events"))?;
+            }
+            for (i, adapter) in pool.lora_adapters.iter().enumerate() {
+                if !pool.models.contains(adapter) {
+                    return Err((
+                        pp.key("lora_adapters").index(i),
+                        format!("`{adapter}` is not one of the pool's `models`"),
+                    ));
+                }
             }
             if let Some(weights) = pool.weights {
                 let scheduling = SchedulerConfig {

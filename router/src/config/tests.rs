@@ -536,3 +536,21 @@ fn peers_endpoints_and_bounds_are_checked() {
         assert!(e.message.contains(says), "{e}");
     }
 }
+
+#[test]
+fn lora_adapters_must_be_models_of_their_pool() {
+    let with = |adapters: &str| {
+        MINIMAL.replace(
+            "    models: [m]\n",
+            &format!("    models: [m, m-sql]\n    lora_adapters: {adapters}\n"),
+        )
+    };
+    let c = Config::parse(&with("[m-sql]")).unwrap();
+    assert_eq!(c.pools[0].lora_adapters, ["m-sql"]);
+    assert!(Config::parse(MINIMAL).unwrap().pools[0]
+        .lora_adapters
+        .is_empty());
+    let e = err(&with("[m-sql, other]"));
+    assert_eq!(e.field, "pools[0].lora_adapters[1]", "{e}");
+    assert!(e.message.contains("not one of the pool's `models`"), "{e}");
+}

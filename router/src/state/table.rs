@@ -10,7 +10,7 @@ use crate::config::{Config, Role};
 use crate::metrics::{Metrics, RouteLabels, RouteMetrics};
 use crate::tenants::{Directory, Objectives};
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warmpath_routing::prompt::BlockHasher;
@@ -45,6 +45,8 @@ pub struct Table {
     pub objectives: Objectives,
     /// Models routed from KV events: how to tokenize their requests.
     precise: HashMap<String, Arc<PreciseModel>>,
+    /// Models that are LoRA adapters (`pools[].lora_adapters`).
+    adapters: HashSet<String>,
 }
 
 impl Table {
@@ -132,6 +134,11 @@ impl Table {
             tenants: Directory::new(&config.tenants),
             objectives: Objectives::new(&config.objectives),
             precise,
+            adapters: config
+                .pools
+                .iter()
+                .flat_map(|p| p.lora_adapters.iter().cloned())
+                .collect(),
             config,
         }
     }
@@ -164,6 +171,11 @@ impl Table {
     }
 
     /// How to tokenize requests for `model`, when a pool serving it is routed from KV events.
+    /// Whether `model` is declared a LoRA adapter (`pools[].lora_adapters`).
+    pub fn is_adapter(&self, model: &str) -> bool {
+        self.adapters.contains(model)
+    }
+
     pub fn precise(&self, model: &str) -> Option<&Arc<PreciseModel>> {
         self.precise.get(model)
     }

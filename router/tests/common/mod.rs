@@ -160,12 +160,14 @@ pub fn cached_tokens(r: &Reply) -> (u64, u64) {
     (predicted, actual)
 }
 
-/// A seeded mix of `n` chat and completion requests over four shared system prompts of
-/// `system_bytes` each, sent one at a time through the router at `addr` with `pause` between
-/// them (so that each request's KV events reach the router before the next, as they would
-/// between requests of a real workload that are not simultaneous).
+/// A seeded mix of `n` chat and completion requests for `models` (taken in turn every third
+/// request) over four shared system prompts of `system_bytes` each, sent one at a time through
+/// the router at `addr` with `pause` between them (so that each request's KV events reach the
+/// router before the next, as they would between requests of a real workload that are not
+/// simultaneous).
 pub async fn cached_token_agreement(
     addr: SocketAddr,
+    models: &[&str],
     n: u64,
     system_bytes: usize,
     question_bytes: usize,
@@ -176,17 +178,18 @@ pub async fn cached_token_agreement(
     for i in 0..n {
         let system = &systems[(i * 7 % 4) as usize];
         let question = text(1000 + i, question_bytes);
+        let model = models[(i / 3) as usize % models.len()];
         let (path, body) = if i % 2 == 0 {
             (
                 "/v1/chat/completions",
-                serde_json::json!({"model": "tiny", "max_tokens": 2, "messages": [
+                serde_json::json!({"model": model, "max_tokens": 2, "messages": [
                     {"role": "system", "content": system},
                     {"role": "user", "content": question}]}),
             )
         } else {
             (
                 "/v1/completions",
-                serde_json::json!({"model": "tiny", "max_tokens": 2, "prompt": format!("{system}{question}")}),
+                serde_json::json!({"model": model, "max_tokens": 2, "prompt": format!("{system}{question}")}),
             )
         };
         let r = post(addr, path, &body.to_string()).await;

@@ -21,10 +21,12 @@
 //!   replica: a parent known only through another replica is unknown
 //!   ([`ApplyError::UnknownParent`]).
 //!
-//! [`PreciseIndex::apply`] folds no extra keys (the decoded events carry no `extra_keys` yet) and
-//! ignores `lora_id`; a router that serves LoRA adapters, uses `cache_salt` or multimodal inputs
-//! passes per-block extra bytes through [`PreciseIndex::apply_stored`] and the same bytes to
-//! [`prompt_keys_with_extras`].
+//! [`PreciseIndex::apply`] folds each block's `extra_keys` as the event carries them (vLLM's
+//! untagged tuple: the LoRA adapter's name, multimodal identifiers and offsets, the cache salt,
+//! in that order) into its router key; a request's keys must fold the same tuple
+//! ([`prompt_keys_by`]). It also remembers the LoRA adapter names the events carry
+//! ([`PreciseIndex::is_adapter`], at most [`MAX_ADAPTERS`]), so that a router learns which served
+//! model names are adapters without being told.
 //!
 //! Per router key, the index keeps the replicas holding it, with a count per replica (two engine
 //! blocks of one replica may share a router key, e.g. the same tokens under a LoRA adapter whose
@@ -86,7 +88,7 @@ use super::lru::NIL;
 use super::{IndexStats, PrefixIndex, INLINE_REPLICAS};
 use crate::{BlockHash, ReplicaId};
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::size_of;
 use warmpath_kv_events::{BlockHash as EngineHash, KvEvent, MEDIUM_GPU};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
@@ -127,18 +129,19 @@ pub fn block_key(parent: Option<u64>, tokens: &[u32], extra: &[u8]) -> u64 {
 /// block is not cached by engines and gets no key), every block with the same `extra` bytes.
 /// `block_size == 0` gives no keys.
 pub fn prompt_keys(tokens: &[u32], block_size: usize, extra: &[u8]) -> Vec<u64> {
-    chain_keys(tokens, block_size, |_| extra)
+    prompt_keys_by(tokens, block_size, |_| extra)
 }
 
 /// [`prompt_keys`] with per-block extra keys: block `i` uses `extras[i]`, or no extra bytes when
 /// `extras` is shorter (e.g. a `cache_salt` that vLLM folds into the first block only).
 pub fn prompt_keys_with_extras(tokens: &[u32], block_size: usize, extras: &[&[u8]]) -> Vec<u64> {
-    chain_keys(tokens, block_size, |i| {
+    prompt_keys_by(tokens, block_size, |i| {
         extras.get(i).copied().unwrap_or(&[])
     })
 }
 
-fn chain_keys<'e>(
+/// [`prompt_keys`] with block `i`'s extra-key bytes given by `extra(i)`.
+pub fn prompt_keys_by<'e>(
     tokens: &[u32],
     block_size: usize,
     mut extra: impl FnMut(usize) -> &'e [u8],
@@ -474,7 +477,16 @@ pub struct PreciseIndex {
     replicas: HashMap<ReplicaId, Replica>,
     entries: usize,
     evictions: u64,
+    /// LoRA adapter names seen in `BlockStored` events (bounded by [`MAX_ADAPTERS`]).
+    adapters: HashSet<Box<str>>,
 }
+
+/// LoRA adapter names an index remembers from events: engines serve a few adapters each, and
+/// a name past the bound can still be declared in the configuration.
+pub const MAX_ADAPTERS: usize = 1024;
+
+/// Longest adapter name remembered (longer ones are not served model names anyone routes).
+const MAX_ADAPTER_NAME: usize = 256;
 
 impl PreciseIndex {
     pub fn new(limits: PreciseLimits) -> Self {
@@ -486,6 +498,21 @@ impl PreciseIndex {
             replicas: HashMap::new(),
             entries: 0,
             evictions: 0,
+            adapters: HashSet::new(),
+        }
+    }
+
+    /// Whether an engine has reported blocks computed under the LoRA adapter `model`.
+    pub fn is_adapter(&self, model: &str) -> bool {
+        self.adapters.contains(model)
+    }
+
+    fn learn_adapter(&mut self, name: &str) {
+        if self.adapters.len() < MAX_ADAPTERS
+            && name.len() <= MAX_ADAPTER_NAME
+            && !self.adapters.contains(name)
+        {
+            self.adapters.insert(name.into());
         }
     }
 
@@ -537,9 +564,16 @@ impl PreciseIndex {
 
     /// Apply one event from `replica`'s engine. `BlockStored` folds in each block's extra keys
     /// as the event carries them (the msgpack bytes of vLLM's `extra_keys` tuple, so that a
-    /// salted or LoRA block never matches a request without the same keys);
-    /// `AllBlocksCleared` drops the replica's blocks but keeps its block size.
+    /// salted or LoRA block never matches a request without the same keys) and remembers its
+    /// `lora_name`; `AllBlocksCleared` drops the replica's blocks but keeps its block size.
     pub fn apply(&mut self, replica: ReplicaId, event: &KvEvent) -> Result<Applied, ApplyError> {
+        if let KvEvent::BlockStored {
+            lora_name: Some(name),
+            ..
+        } = event
+        {
+            self.learn_adapter(name);
+        }
         match event {
             KvEvent::BlockStored { extra_keys, .. } => match StoredBlocks::from_event(event) {
                 Some(stored) if extra_keys.is_empty() => self.apply_stored(replica, stored),

@@ -64,6 +64,7 @@ impl Engine {
                     token_ids: s.req.tokens[start * bs..i * bs].to_vec(),
                     block_size: bs as u32,
                     lora_id: None,
+                    lora_name: None,
                     medium: Some(MEDIUM_GPU.into()),
                     extra_keys: Vec::new(),
                 });

@@ -171,6 +171,7 @@ pub fn discovered<'a>(
                         });
                 PoolConfig {
                     kv_events,
+                    lora_adapters: spec.map(|s| s.lora_adapters.clone()).unwrap_or_default(),
                     weights,
                     failure_mode,
                     name,
@@ -363,5 +364,13 @@ mod tests {
             kv.replay_for("10.0.0.7", None).as_deref(),
             Some("tcp://10.0.0.7:5558")
         );
+    }
+
+    #[test]
+    fn a_pools_lora_adapters_reach_the_router() {
+        let mut p = pool("ml", "llama", &["llama", "llama-sql"]);
+        p.spec.lora_adapters = vec!["llama-sql".into()];
+        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")]);
+        assert_eq!(d.pools[0].lora_adapters, ["llama-sql"]);
     }
 }

@@ -48,6 +48,7 @@ fn stores(tokens: &[u32], bs: usize, seed: u64, per_event: usize) -> Vec<KvEvent
                 token_ids: tokens[start..start + hs.len() * bs].to_vec(),
                 block_size: bs as u32,
                 lora_id: None,
+                lora_name: None,
                 medium: Some(MEDIUM_GPU.to_string()),
                 extra_keys: Vec::new(),
             };
@@ -242,6 +243,7 @@ fn errors_change_nothing() {
         token_ids: tokens,
         block_size: bs,
         lora_id: None,
+        lora_name: None,
         medium: None,
         extra_keys: Vec::new(),
     };
@@ -336,6 +338,7 @@ fn router_replicas_agree_and_engine_hashes_do_not_matter() {
                     block_size,
                     lora_id,
                     medium,
+                    lora_name,
                     extra_keys,
                 } => {
                     let bytes = |h: EngineHash| match h {
@@ -349,6 +352,7 @@ fn router_replicas_agree_and_engine_hashes_do_not_matter() {
                         block_size,
                         lora_id,
                         medium,
+                        lora_name,
                         extra_keys,
                     }
                 }
@@ -587,6 +591,7 @@ fn garbage() -> impl Strategy<Value = KvEvent> {
                         token_ids,
                         block_size,
                         lora_id: None,
+                        lora_name: None,
                         medium,
                         extra_keys: Vec::new(),
                     }
@@ -646,6 +651,7 @@ fn store_event(
         token_ids: t[from * BS..to * BS].to_vec(),
         block_size: BS as u32,
         lora_id: None,
+        lora_name: None,
         medium: None,
         extra_keys: Vec::new(),
     }
@@ -784,4 +790,31 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn adapter_names_from_events_are_remembered_up_to_the_bound() {
+    let mut ix = big();
+    let named = |name: String| KvEvent::BlockStored {
+        block_hashes: Vec::new(),
+        parent_block_hash: None,
+        token_ids: Vec::new(),
+        block_size: BS as u32,
+        lora_id: Some(1),
+        medium: None,
+        lora_name: Some(name),
+        extra_keys: Vec::new(),
+    };
+    assert!(!ix.is_adapter("a0"));
+    for i in 0..MAX_ADAPTERS + 10 {
+        ix.apply(0, &named(format!("a{i}"))).unwrap();
+    }
+    assert!(ix.is_adapter("a0"));
+    assert!(ix.is_adapter(&format!("a{}", MAX_ADAPTERS - 1)));
+    assert!(
+        !ix.is_adapter(&format!("a{MAX_ADAPTERS}")),
+        "past the bound"
+    );
+    ix.apply(0, &named("x".repeat(300))).unwrap();
+    assert!(!ix.is_adapter(&"x".repeat(300)), "too long a name");
 }
