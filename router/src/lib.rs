@@ -14,6 +14,7 @@
 
 pub mod admin;
 pub mod api;
+mod backoff;
 pub mod body;
 pub mod check;
 pub mod config;

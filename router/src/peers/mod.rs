@@ -14,6 +14,7 @@
 
 pub mod wire;
 
+use crate::backoff::Backoff;
 use crate::errors::PeersError;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::state::index::{PrefillListener, SharedIndex};
@@ -29,9 +30,6 @@ use warmpath_routing::index::{PendingId, PrefixIndex};
 use warmpath_routing::{BlockHash, ReplicaId};
 use wire::Message;
 use zeromq::{PubSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
-
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// This router's side of peering: placements go out through it.
 pub struct Peers {
@@ -220,8 +218,7 @@ async fn resolve(endpoint: &str) -> std::io::Result<BTreeSet<String>> {
 /// Receive one router's placements until the task is aborted, reconnecting when the socket
 /// fails.
 async fn follow(endpoint: String, receiver: Arc<Receiver>) {
-    let mut backoff = BACKOFF_MIN;
-    let mut last_warning: Option<Instant> = None;
+    let mut backoff = Backoff::new();
     loop {
         let mut socket = SubSocket::new();
         let connected = async {
@@ -232,15 +229,12 @@ async fn follow(endpoint: String, receiver: Arc<Receiver>) {
         }
         .await;
         if let Err(e) = connected {
-            if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                last_warning = Some(Instant::now());
-                tracing::warn!(%endpoint, "cannot follow a peer router, retrying: {e}");
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            backoff
+                .failed(|| tracing::warn!(%endpoint, "cannot follow a peer router, retrying: {e}"))
+                .await;
             continue;
         }
-        backoff = BACKOFF_MIN;
+        backoff.succeeded();
         tracing::info!(%endpoint, "following a peer router's placements");
         loop {
             match socket.recv().await {

@@ -21,12 +21,13 @@
 //! (see `api::choose`). When the replica leaves the configuration or its endpoint changes,
 //! its blocks are forgotten and the task starts over.
 
+use crate::backoff::Backoff;
 use crate::metrics::{KvEventLabels, Metrics, ReplicaLabels};
 use crate::state::index::SharedPrecise;
 use crate::state::publish::TableReader;
 use crate::state::replica::{KvMode, KvSource, KvStatus, ReplicaState};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use warmpath_kv_events::subscriber::{KvEventSubscriber, SubscribeError};
 use warmpath_kv_events::{KvEvent, KvMessage};
@@ -34,8 +35,6 @@ use warmpath_routing::index::ApplyError;
 
 /// How often the task looks for a changed endpoint while connected.
 const RECHECK: Duration = Duration::from_secs(1);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Messages decoded ahead of the index (a burst of events from a busy engine).
 const QUEUE: usize = 1024;
 /// Messages one replay may bring (vLLM keeps 10,000 batches by default).
@@ -57,8 +56,7 @@ pub async fn run(
         precise: precise.clone(),
         metrics: metrics.clone(),
     };
-    let mut backoff = BACKOFF_MIN;
-    let mut last_warning: Option<Instant> = None;
+    let mut backoff = Backoff::new();
     loop {
         if tables.closed() {
             return;
@@ -70,16 +68,13 @@ pub async fn run(
         let subscriber = match KvEventSubscriber::connect(&source.endpoint, &source.topic).await {
             Ok(s) => s,
             Err(e) => {
-                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    last_warning = Some(Instant::now());
-                    tracing::warn!(replica = %replica.name, endpoint = %source.endpoint, "cannot subscribe to KV events, retrying: {e}");
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff
+                    .failed(|| tracing::warn!(replica = %replica.name, endpoint = %source.endpoint, "cannot subscribe to KV events, retrying: {e}"))
+                    .await;
                 continue;
             }
         };
-        backoff = BACKOFF_MIN;
+        backoff.succeeded();
         tracing::info!(replica = %replica.name, endpoint = %source.endpoint, "following KV events");
         follow(&replica, &source, subscriber, &precise, &metrics).await;
         forget(&replica, &precise, &metrics);
