@@ -411,6 +411,40 @@ async fn a_replica_failing_every_answer_is_ejected_after_a_run() {
     rt.shutdown().await;
 }
 
+/// A replica failing every other answer never fails a run of them, but half its answers fail:
+/// it is ejected once it has given `failure_window` answers, as Envoy's failure-percentage rule
+/// would; without the rule it would keep half its clients failing for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_failing_every_other_answer_is_ejected_by_its_share_of_failures() {
+    fn flapping(i: usize) -> (u16, String) {
+        match i % 2 {
+            1 => (500, r#"{"error":{"message":"engine crashed"}}"#.to_owned()),
+            _ => warmpath_testkit::completion_answer(i),
+        }
+    }
+    let (bad, _, rt) = bad_and_good(
+        flapping,
+        "health:\n  eject_base_ms: 60000\n  eject_max_ms: 60000\n  failure_window: 20\n  failure_percent: 50\n",
+    )
+    .await;
+    for i in 0..100 {
+        let r = post(rt.addr, "/v1/completions", &completion(&format!("q{i}"), 1)).await;
+        assert!(matches!(r.status, 200 | 500), "{}: {}", r.status, r.body);
+    }
+    assert_eq!(
+        bad.requests().len(),
+        20,
+        "its 20th answer, the 10th failure, ejects it; then no more reach it"
+    );
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        0.0,
+        "{m}"
+    );
+    rt.shutdown().await;
+}
+
 /// Streams that break after their head count against their replica: a run of them ejects it,
 /// whatever good heads it sent in between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

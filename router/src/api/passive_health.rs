@@ -2,11 +2,11 @@
 //! ejects it for a backoff (see `crate::state::health`) and forgets its index entries (a replica
 //! that refuses connections has likely restarted, with an empty cache), and the attempt may be
 //! retried. Failed answers (5xx, no head in time, resets, connections that time out, streams
-//! that break or go silent after their head) eject it after a run of them, unless half its pool
-//! is out already; a good answer (its body ended cleanly) clears all that. A connection this
-//! process could not open (out of file descriptors, ports, buffers) says nothing about the
-//! replica: it is retried elsewhere and changes no health. Every upstream failure is counted by
-//! kind.
+//! that break or go silent after their head) eject it after a run of them, or when they are too
+//! large a share of its last answers, unless half its pool is out already; a good answer (its
+//! body ended cleanly) ends a run and an ejection's doubling. A connection this process could
+//! not open (out of file descriptors, ports, buffers) says nothing about the replica: it is
+//! retried elsewhere and changes no health. Every upstream failure is counted by kind.
 
 use super::forward::UpstreamError;
 use super::{Admitted, AttemptError, Chosen};

@@ -530,6 +530,12 @@ pub struct HealthConfig {
     /// Failed answers in a row (5xx, timeouts, resets) that eject a replica, as long as at
     /// most half its pool is ejected; 0 turns this off (refused connections still eject).
     pub consecutive_failures: u32,
+    /// A replica is also ejected (with the same proviso) when at least this percentage of its
+    /// last `failure_window` answers failed, in a row or not; 0 turns this off.
+    pub failure_percent: u32,
+    /// Answers (2-64) the failure percentage is taken over; a replica is judged only once it
+    /// has answered this many since it was last ejected.
+    pub failure_window: u32,
     /// A replica owing a stream's first byte for longer than this many times that request's
     /// predicted TTFT (and at least `overdue_min_ms`), with no first byte from it meanwhile, is
     /// passed over while another replica can serve; its first byte ends that. 0 turns this off.
@@ -549,6 +555,8 @@ impl Default for HealthConfig {
             eject_base_ms: 1_000,
             eject_max_ms: 30_000,
             consecutive_failures: 5,
+            failure_percent: 50,
+            failure_window: 20,
             overdue_factor: 10.0,
             overdue_min_ms: 5_000,
             active_path: None,
@@ -857,6 +865,18 @@ impl Config {
             return Err((
                 root.key("health").key("eject_max_ms"),
                 "needs 0 < eject_base_ms <= eject_max_ms".to_owned(),
+            ));
+        }
+        if h.failure_percent > 100 {
+            return Err((
+                root.key("health").key("failure_percent"),
+                "must be 0-100".to_owned(),
+            ));
+        }
+        if !(2..=64).contains(&h.failure_window) {
+            return Err((
+                root.key("health").key("failure_window"),
+                "must be 2-64".to_owned(),
             ));
         }
         if let Some(path) = &h.active_path {

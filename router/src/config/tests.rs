@@ -554,3 +554,25 @@ fn lora_adapters_must_be_models_of_their_pool() {
     assert_eq!(e.field, "pools[0].lora_adapters[1]", "{e}");
     assert!(e.message.contains("not one of the pool's `models`"), "{e}");
 }
+
+#[test]
+fn the_failure_share_rule_is_checked() {
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(
+        (c.health.failure_percent, c.health.failure_window),
+        (50, 20)
+    );
+    for (health, field, says) in [
+        (
+            "{ failure_percent: 101 }",
+            "health.failure_percent",
+            "0-100",
+        ),
+        ("{ failure_window: 1 }", "health.failure_window", "2-64"),
+        ("{ failure_window: 65 }", "health.failure_window", "2-64"),
+    ] {
+        let e = err(&format!("{MINIMAL}health: {health}\n"));
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+}

@@ -1,6 +1,8 @@
 //! Replica health: passive (a refused connection ejects a replica at once; answers that fail,
-//! 5xx, timeouts and resets, eject it after `consecutive_failures` in a row, as Envoy's outlier
-//! detection does; each ejection's backoff doubles) and active (the metrics scrape doubles as a
+//! 5xx, timeouts and resets, eject it after `consecutive_failures` in a row, or when at least
+//! `failure_percent` of its last `failure_window` answers failed, as Envoy's outlier detection
+//! does with its consecutive and failure-percentage rules (a replica failing every other answer
+//! never fails a run of them); each ejection's backoff doubles) and active (the metrics scrape doubles as a
 //! health probe; `health.active_path` adds a check of the engine's own health endpoint).
 //!
 //! A replica that owes first bytes of streams for far longer than their predicted TTFT, with
@@ -29,6 +31,10 @@ struct HealthInner {
     connect_failures: u32,
     /// Failed answers in a row since the last good one.
     failures: u32,
+    /// The last answers since the last ejection, newest in bit 0 (1: failed), and how many
+    /// there were (at most 64 count).
+    outcomes: u64,
+    answers: u32,
     scrape_failures: u32,
     scrape_down: bool,
     /// Active checks (`health.active_path`) failed in a row, and whether that made it down.
@@ -55,14 +61,13 @@ impl Health {
     /// A connection to the replica failed: eject it. Returns the backoff applied.
     pub fn on_connect_error(&self, config: &HealthConfig, now: Instant) -> Duration {
         let mut h = self.inner.lock();
-        h.failures = 0;
         eject(&mut h, config, now)
     }
 
     /// An answer failed (5xx, no head in time, reset, or no connection in time): after
-    /// `consecutive_failures` in a row, and only when `may_eject` says so (the pool is not
-    /// mostly ejected already; asked only then, since it looks at the whole pool), eject it.
-    /// Returns the backoff when it did.
+    /// `consecutive_failures` in a row, or `failure_percent` of the last `failure_window`,
+    /// and only when `may_eject` says so (the pool is not mostly ejected already; asked only
+    /// then, since it looks at the whole pool), eject it. Returns the backoff when it did.
     pub fn on_failure(
         &self,
         config: &HealthConfig,
@@ -70,11 +75,20 @@ impl Health {
         may_eject: impl FnOnce() -> bool,
     ) -> Option<Duration> {
         let due = |h: &HealthInner| {
-            config.consecutive_failures != 0 && h.failures >= config.consecutive_failures
+            let run = config.consecutive_failures != 0 && h.failures >= config.consecutive_failures;
+            let window = config.failure_window.min(64);
+            let share = config.failure_percent != 0
+                && window != 0
+                && h.answers >= window
+                && u64::from((h.outcomes & window_mask(window)).count_ones()) * 100
+                    >= u64::from(config.failure_percent) * u64::from(window);
+            run || share
         };
         {
             let mut h = self.inner.lock();
             h.failures = h.failures.saturating_add(1);
+            h.outcomes = (h.outcomes << 1) | 1;
+            h.answers = h.answers.saturating_add(1);
             if !due(&h) {
                 return None;
             }
@@ -88,7 +102,6 @@ impl Health {
         if !due(&h) {
             return None;
         }
-        h.failures = 0;
         Some(eject(&mut h, config, now))
     }
 
@@ -110,6 +123,8 @@ impl Health {
     /// A request reached the replica.
     pub fn on_success(&self) {
         let mut h = self.inner.lock();
+        h.outcomes <<= 1;
+        h.answers = h.answers.saturating_add(1);
         if h.connect_failures != 0 || h.ejected_until.is_some() || h.failures != 0 {
             h.connect_failures = 0;
             h.failures = 0;
@@ -205,8 +220,17 @@ impl Drop for FirstByteOwed {
     }
 }
 
-/// Eject for a backoff that doubles with each ejection since the last success.
+/// The low `window` bits (1..=64).
+fn window_mask(window: u32) -> u64 {
+    u64::MAX >> (64 - window.clamp(1, 64))
+}
+
+/// Eject for a backoff that doubles with each ejection since the last success. The answers
+/// before it no longer count: the replica starts a new run and a new window when it is back.
 fn eject(h: &mut HealthInner, config: &HealthConfig, now: Instant) -> Duration {
+    h.failures = 0;
+    h.outcomes = 0;
+    h.answers = 0;
     h.connect_failures = h.connect_failures.saturating_add(1);
     let shift = (h.connect_failures - 1).min(16);
     let backoff = Duration::from_millis(
@@ -284,11 +308,60 @@ mod tests {
         // Off with 0.
         let off = HealthConfig {
             consecutive_failures: 0,
+            failure_percent: 0,
             ..cfg()
         };
         let h = Health::default();
         for _ in 0..10 {
             assert_eq!(h.on_failure(&off, t0, || true), None);
+        }
+    }
+
+    #[test]
+    fn a_replica_failing_every_other_answer_is_ejected_by_its_share_of_failures() {
+        let by_share = HealthConfig {
+            consecutive_failures: 3,
+            failure_percent: 50,
+            failure_window: 10,
+            ..cfg()
+        };
+        let t0 = Instant::now();
+        let h = Health::default();
+        // Never two failures in a row: no run; the fifth failure fills the window at 50%.
+        let mut ejected_at = None;
+        for i in 0..10 {
+            h.on_success();
+            if let Some(d) = h.on_failure(&by_share, t0, || true) {
+                ejected_at = Some((i, d));
+                break;
+            }
+        }
+        assert_eq!(ejected_at, Some((4, Duration::from_millis(100))));
+        assert!(!h.is_ready(t0));
+        // The window starts over after an ejection; 4 of 10 failed stays.
+        for i in 0..10 {
+            let failed = i % 5 == 1 || i % 5 == 3;
+            if failed {
+                assert_eq!(h.on_failure(&by_share, t0, || true), None, "answer {i}");
+            } else {
+                h.on_success();
+            }
+        }
+        // Without the rule, the same answers never eject.
+        let run_only = HealthConfig {
+            failure_percent: 0,
+            ..by_share.clone()
+        };
+        let h = Health::default();
+        for _ in 0..100 {
+            h.on_success();
+            assert_eq!(h.on_failure(&run_only, t0, || true), None);
+        }
+        // Nor with the pool mostly ejected.
+        let h = Health::default();
+        for _ in 0..100 {
+            h.on_success();
+            assert_eq!(h.on_failure(&by_share, t0, || false), None);
         }
     }
 }
