@@ -149,6 +149,16 @@ fn semantic_checks() {
     }
 }
 
+/// `MINIMAL` with `section: {value}` added must be rejected at `field` with a message saying
+/// `says`, for each `(value, field, says)`.
+fn section_rejects(section: &str, cases: &[(&str, &str, &str)]) {
+    for (value, field, says) in cases {
+        let e = err(&format!("{MINIMAL}{section}: {value}\n"));
+        assert_eq!(&e.field, field, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+}
+
 /// `MINIMAL` followed by `extra` (which starts at line 9) must be rejected at `field`, `line`.
 fn rejected_at(extra: &str, field: &str, line: usize) -> ConfigError {
     let e = err(&format!("{MINIMAL}{extra}"));
@@ -516,25 +526,24 @@ fn peers_endpoints_and_bounds_are_checked() {
     assert_eq!(c.peers.listen.as_deref(), Some("tcp://0.0.0.0:5570"));
     assert_eq!(c.peers.queue, PeersConfig::default().queue);
     assert_eq!(Config::parse(MINIMAL).unwrap().peers.listen, None);
-    for (peers, field, says) in [
-        ("{ listen: \"udp://0.0.0.0:1\" }", "peers.listen", "tcp://"),
-        (
-            "{ routers: [\"tcp://a:1\", \"tcp://b\"] }",
-            "peers.routers[1]",
-            "HOST:PORT",
-        ),
-        (
-            "{ listen: \"tcp://0.0.0.0:1\", queue: 0 }",
-            "peers.queue",
-            "> 0",
-        ),
-        ("{ max_remembered: 0 }", "peers.max_remembered", "> 0"),
-        ("{ resolve_every_ms: 0 }", "peers.resolve_every_ms", "> 0"),
-    ] {
-        let e = err(&format!("{MINIMAL}peers: {peers}\n"));
-        assert_eq!(e.field, field, "{e}");
-        assert!(e.message.contains(says), "{e}");
-    }
+    section_rejects(
+        "peers",
+        &[
+            ("{ listen: \"udp://0.0.0.0:1\" }", "peers.listen", "tcp://"),
+            (
+                "{ routers: [\"tcp://a:1\", \"tcp://b\"] }",
+                "peers.routers[1]",
+                "HOST:PORT",
+            ),
+            (
+                "{ listen: \"tcp://0.0.0.0:1\", queue: 0 }",
+                "peers.queue",
+                "> 0",
+            ),
+            ("{ max_remembered: 0 }", "peers.max_remembered", "> 0"),
+            ("{ resolve_every_ms: 0 }", "peers.resolve_every_ms", "> 0"),
+        ],
+    );
 }
 
 #[test]
@@ -562,17 +571,16 @@ fn the_failure_share_rule_is_checked() {
         (c.health.failure_percent, c.health.failure_window),
         (50, 20)
     );
-    for (health, field, says) in [
-        (
-            "{ failure_percent: 101 }",
-            "health.failure_percent",
-            "0-100",
-        ),
-        ("{ failure_window: 1 }", "health.failure_window", "2-64"),
-        ("{ failure_window: 65 }", "health.failure_window", "2-64"),
-    ] {
-        let e = err(&format!("{MINIMAL}health: {health}\n"));
-        assert_eq!(e.field, field, "{e}");
-        assert!(e.message.contains(says), "{e}");
-    }
+    section_rejects(
+        "health",
+        &[
+            (
+                "{ failure_percent: 101 }",
+                "health.failure_percent",
+                "0-100",
+            ),
+            ("{ failure_window: 1 }", "health.failure_window", "2-64"),
+            ("{ failure_window: 65 }", "health.failure_window", "2-64"),
+        ],
+    );
 }
