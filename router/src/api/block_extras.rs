@@ -27,7 +27,7 @@ impl BlockExtras {
                 return Vec::new();
             }
             let tuple = rmpv::Value::Array(keys.iter().map(|&k| rmpv::Value::from(k)).collect());
-            let mut bytes = Vec::with_capacity(keys.iter().map(|k| k.len() + 5).sum::<usize>() + 5);
+            let mut bytes = Vec::new();
             rmpv::encode::write_value(&mut bytes, &tuple).expect("writing to a Vec cannot fail");
             bytes
         };

@@ -2,8 +2,9 @@
 //! 5xx, timeouts and resets, eject it after `consecutive_failures` in a row, or when at least
 //! `failure_percent` of its last `failure_window` answers failed, as Envoy's outlier detection
 //! does with its consecutive and failure-percentage rules (a replica failing every other answer
-//! never fails a run of them); each ejection's backoff doubles) and active (the metrics scrape doubles as a
-//! health probe; `health.active_path` adds a check of the engine's own health endpoint).
+//! never fails a run of them); each ejection's backoff doubles) and active (the metrics scrape
+//! doubles as a health probe; `health.active_path` adds a check of the engine's own health
+//! endpoint).
 //!
 //! A replica that owes first bytes of streams for far longer than their predicted TTFT, with
 //! no first byte from it meanwhile (a hung engine still answering its metrics), is *stalled*:
@@ -76,12 +77,12 @@ impl Health {
     ) -> Option<Duration> {
         let due = |h: &HealthInner| {
             let run = config.consecutive_failures != 0 && h.failures >= config.consecutive_failures;
-            let window = config.failure_window.min(64);
+            // The configuration is checked to 2-64; `outcomes` holds 64 at most.
+            let window = config.failure_window.clamp(1, 64);
+            let failed = (h.outcomes & (u64::MAX >> (64 - window))).count_ones();
             let share = config.failure_percent != 0
-                && window != 0
                 && h.answers >= window
-                && u64::from((h.outcomes & window_mask(window)).count_ones()) * 100
-                    >= u64::from(config.failure_percent) * u64::from(window);
+                && u64::from(failed) * 100 >= u64::from(config.failure_percent) * u64::from(window);
             run || share
         };
         {
@@ -218,11 +219,6 @@ impl Drop for FirstByteOwed {
             h.stall_reported = false;
         }
     }
-}
-
-/// The low `window` bits (1..=64).
-fn window_mask(window: u32) -> u64 {
-    u64::MAX >> (64 - window.clamp(1, 64))
 }
 
 /// Eject for a backoff that doubles with each ejection since the last success. The answers

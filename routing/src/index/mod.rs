@@ -22,9 +22,9 @@ pub use approx::{ApproxIndex, ENTRY_BYTES};
 pub use holders::INLINE_REPLICAS;
 pub use pending::{PendingId, PendingIndex, PendingLimits};
 pub use precise::{
-    block_key, engine_digest, is_cached_medium, prompt_keys, prompt_keys_by,
-    prompt_keys_with_extras, Applied, ApplyError, PreciseIndex, PreciseLimits, PreciseStats,
-    StoredBlocks, PRECISE_ENTRY_BYTES, REPLICA_BYTES, ROOT_KEY,
+    block_key, engine_digest, is_cached_medium, prompt_keys, prompt_keys_by, Applied, ApplyError,
+    PreciseIndex, PreciseLimits, PreciseStats, StoredBlocks, PRECISE_ENTRY_BYTES, REPLICA_BYTES,
+    ROOT_KEY,
 };
 
 use crate::{BlockHash, ReplicaId};

@@ -132,15 +132,8 @@ pub fn prompt_keys(tokens: &[u32], block_size: usize, extra: &[u8]) -> Vec<u64> 
     prompt_keys_by(tokens, block_size, |_| extra)
 }
 
-/// [`prompt_keys`] with per-block extra keys: block `i` uses `extras[i]`, or no extra bytes when
-/// `extras` is shorter (e.g. a `cache_salt` that vLLM folds into the first block only).
-pub fn prompt_keys_with_extras(tokens: &[u32], block_size: usize, extras: &[&[u8]]) -> Vec<u64> {
-    prompt_keys_by(tokens, block_size, |i| {
-        extras.get(i).copied().unwrap_or(&[])
-    })
-}
-
-/// [`prompt_keys`] with block `i`'s extra-key bytes given by `extra(i)`.
+/// [`prompt_keys`] with block `i`'s extra-key bytes given by `extra(i)` (e.g. a `cache_salt`
+/// that vLLM folds into the first block only).
 pub fn prompt_keys_by<'e>(
     tokens: &[u32],
     block_size: usize,

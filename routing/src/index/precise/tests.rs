@@ -98,18 +98,12 @@ fn keys_chain_and_are_injective() {
         block_key(None, &[1], &2u32.to_le_bytes())
     );
     assert_ne!(block_key(None, &t[..4], b"salt"), keys[0]);
+    assert_eq!(salted_first(&t)[0], block_key(None, &t[..4], b"salt"));
     assert_eq!(
-        prompt_keys_with_extras(&t, BS, &[b"salt"])[0],
-        block_key(None, &t[..4], b"salt")
-    );
-    assert_eq!(
-        prompt_keys_with_extras(&t, BS, &[b"salt"])[1],
+        salted_first(&t)[1],
         block_key(Some(block_key(None, &t[..4], b"salt")), &t[4..8], &[])
     );
-    assert_eq!(
-        prompt_keys(&t, BS, b"x"),
-        prompt_keys_with_extras(&t, BS, &[b"x", b"x", b"x"])
-    );
+    assert_eq!(prompt_keys(&t, BS, b"x"), prompt_keys_by(&t, BS, |_| b"x"));
 }
 
 #[test]
@@ -144,8 +138,13 @@ fn stored_chains_match_prompt_keys() {
     );
 }
 
+/// `t`'s keys with `salt` folded into its first block only (as vLLM folds a `cache_salt`).
+fn salted_first(t: &[u32]) -> Vec<u64> {
+    prompt_keys_by(t, BS, |i| if i == 0 { b"salt" } else { b"" })
+}
+
 #[test]
-fn extras_passed_per_block_match_prompt_keys_with_extras() {
+fn extras_passed_per_block_match_salted_prompt_keys() {
     let mut ix = big();
     let t = toks(12, 2);
     let hashes = engine_hashes(&t, BS, 1);
@@ -159,7 +158,7 @@ fn extras_passed_per_block_match_prompt_keys_with_extras() {
         extras: &extras,
     };
     assert_eq!(ix.apply_stored(0, stored).unwrap().stored, 3);
-    let keys = prompt_keys_with_extras(&t, BS, &[b"salt"]);
+    let keys = salted_first(&t);
     assert_eq!(matches(&ix, &keys, &[0]), vec![3]);
     assert_eq!(matches(&ix, &prompt_keys(&t, BS, &[]), &[0]), vec![0]);
     let bad = StoredBlocks {
