@@ -380,14 +380,15 @@ struct Part<'a> {
 impl<'de: 'a, 'a> Deserialize<'de> for Part<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        struct Fields<'a> {
+        struct ContentPart<'a> {
             #[serde(rename = "type", borrow, default)]
             kind: Option<Str<'a>>,
             #[serde(borrow, default)]
             text: Option<Str<'a>>,
         }
         let raw: &'de serde_json::value::RawValue = Deserialize::deserialize(d)?;
-        let fields: Fields<'de> = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+        let fields: ContentPart<'de> =
+            serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
         let textual = match &fields.kind {
             None => true,
             Some(k) => matches!(
