@@ -10,11 +10,11 @@ use crate::client;
 use crate::progress::RunIndex;
 use crate::results::LoadMode;
 use crate::text::TextStyle;
-use crate::workload::{Burst, Fleet, WorkloadSpec, DEFAULT_WORKING_SET};
+use crate::workload::{Burst, Fleet, Trace, WorkloadSpec, DEFAULT_WORKING_SET};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum CliError {
-    #[error("unknown workload {0:?}; one of: {names}", names = WorkloadSpec::NAMES.join(", "))]
+    #[error("unknown workload {0:?}; one of: {names}, trace", names = WorkloadSpec::NAMES.join(", "))]
     UnknownWorkload(String),
     #[error("--{flag} does not apply to the {workload} workload")]
     NotApplicable {
@@ -76,6 +76,9 @@ pub enum Mode {
     Closed,
     /// Poisson arrivals at --rate requests/s.
     Open,
+    /// Each request at the time the workload gives it (the trace workload's recorded arrivals,
+    /// divided by --time-scale).
+    Trace,
 }
 
 #[derive(Debug, Args)]
@@ -199,9 +202,26 @@ pub struct ReportArgs {
 /// fleet (see bench/README.md).
 #[derive(Debug, Clone, Args)]
 pub struct WorkloadArgs {
-    /// shared-prefix | multi-turn | long-doc | agent | no-sharing | noisy-neighbour
+    /// shared-prefix | multi-turn | long-doc | agent | no-sharing | noisy-neighbour | trace
     #[arg(long, default_value = "shared-prefix")]
     pub workload: String,
+    /// A Mooncake-format trace (JSON lines of timestamp, input_length, output_length,
+    /// hash_ids) to replay.
+    #[arg(long, value_name = "FILE", help_heading = "trace")]
+    pub trace: Option<PathBuf>,
+    /// Tokens one 512-token trace block becomes (default: one KV block of the fleet); every
+    /// prompt and output length scales with it.
+    #[arg(long, value_name = "N", help_heading = "trace")]
+    pub trace_block_tokens: Option<u32>,
+    /// Divide the trace's times by X (10 replays ten times faster).
+    #[arg(long, value_name = "X", help_heading = "trace")]
+    pub time_scale: Option<f64>,
+    /// Start the window at this request of the trace instead of a seeded place.
+    #[arg(long, value_name = "N", help_heading = "trace")]
+    pub trace_start: Option<u64>,
+    /// Cut (scaled) prompts longer than N tokens to N, keeping their prefix.
+    #[arg(long, value_name = "N", help_heading = "trace")]
+    pub max_input_tokens: Option<u32>,
     /// Replicas of the target fleet (default sizes derive from it).
     #[arg(long, default_value_t = Fleet::default().replicas)]
     pub fleet_replicas: u32,
@@ -292,8 +312,76 @@ impl WorkloadArgs {
         }
     }
 
+    /// The trace workload from its flags; `window` is the run's request count (the whole trace
+    /// without one).
+    fn trace_spec(&self, window: Option<u64>) -> Result<WorkloadSpec, CliError> {
+        let path = self
+            .trace
+            .as_ref()
+            .ok_or_else(|| CliError::Invalid("--workload trace needs --trace FILE".into()))?;
+        let block_tokens = self.trace_block_tokens.unwrap_or(self.fleet().block_size);
+        if block_tokens == 0 {
+            return Err(CliError::Invalid(
+                "--trace-block-tokens must be at least 1".into(),
+            ));
+        }
+        let mut t =
+            Trace::load(path, block_tokens).map_err(|e| CliError::Invalid(e.to_string()))?;
+        if let Some(x) = self.time_scale {
+            if !(x > 0.0 && x.is_finite()) {
+                return Err(CliError::Invalid("--time-scale must be positive".into()));
+            }
+            t.time_scale = x;
+        }
+        if let Some(w) = window {
+            t.window = w.min(t.records);
+        }
+        if let Some(s) = self.trace_start {
+            if s + t.window > t.records {
+                return Err(CliError::Invalid(format!(
+                    "--trace-start {s}: the trace has {} requests, {} from there are too few",
+                    t.records,
+                    t.records - s.min(t.records)
+                )));
+            }
+            t.start = Some(s);
+        }
+        if let Some(m) = self.max_input_tokens {
+            if m == 0 {
+                return Err(CliError::Invalid(
+                    "--max-input-tokens must be at least 1".into(),
+                ));
+            }
+            t.max_input_tokens = Some(m);
+        }
+        let others = [
+            ("working-set", self.working_set.is_some()),
+            ("zipf", self.zipf.is_some()),
+            ("output-tokens", self.output_tokens.is_some()),
+        ];
+        if let Some((flag, _)) = others.iter().find(|(_, g)| *g) {
+            return Err(CliError::NotApplicable {
+                flag,
+                workload: "trace",
+            });
+        }
+        Ok(WorkloadSpec::Trace(t))
+    }
+
+    /// The workload with the fleet's defaults and the given overrides; a trace covers `window`
+    /// requests.
+    pub fn spec_for(&self, window: Option<u64>) -> Result<WorkloadSpec, CliError> {
+        if self.workload == "trace" {
+            return self.trace_spec(window);
+        }
+        self.spec()
+    }
+
     /// The workload with the fleet's defaults and the given overrides.
     pub fn spec(&self) -> Result<WorkloadSpec, CliError> {
+        if self.workload == "trace" {
+            return self.trace_spec(None);
+        }
         let working_set = self.working_set.unwrap_or(DEFAULT_WORKING_SET);
         if !(working_set > 0.0 && working_set.is_finite()) {
             return Err(CliError::Invalid("--working-set must be positive".into()));
@@ -304,6 +392,19 @@ impl WorkloadArgs {
         let mut spec = WorkloadSpec::sized_for(&self.workload, &self.fleet(), working_set)
             .ok_or_else(|| CliError::UnknownWorkload(self.workload.clone()))?;
         let name = spec.name();
+        let trace_flags = [
+            ("trace", self.trace.is_some()),
+            ("trace-block-tokens", self.trace_block_tokens.is_some()),
+            ("time-scale", self.time_scale.is_some()),
+            ("trace-start", self.trace_start.is_some()),
+            ("max-input-tokens", self.max_input_tokens.is_some()),
+        ];
+        if let Some((flag, _)) = trace_flags.iter().find(|(_, g)| *g) {
+            return Err(CliError::NotApplicable {
+                flag,
+                workload: name,
+            });
+        }
         // Every given flag must land somewhere; one that does not apply is an error rather
         // than silently ignored.
         let mut used: Vec<&'static str> = Vec::new();
@@ -415,6 +516,8 @@ impl WorkloadArgs {
                     ));
                 }
             }
+            // Built by trace_spec above.
+            WorkloadSpec::Trace(_) => {}
         }
         let given: [(&'static str, bool); 25] = [
             ("working-set", self.working_set.is_some()),
@@ -497,6 +600,19 @@ impl RunArgs {
                     }
                 };
                 Ok(LoadMode::Open { rate, burst })
+            }
+            Mode::Trace => {
+                if self.workload.workload != "trace" {
+                    return Err(CliError::Invalid(
+                        "--mode trace sends requests at their recorded times: use it with --workload trace".into(),
+                    ));
+                }
+                if self.rate.is_some() || self.burst.is_some() {
+                    return Err(CliError::Invalid(
+                        "--rate and --burst shape open-loop arrivals; a trace brings its own (scale them with --time-scale)".into(),
+                    ));
+                }
+                Ok(LoadMode::Trace)
             }
         }
     }

@@ -377,6 +377,7 @@ mod tests {
             tenant: None,
             prompt: Prompt::Text(" the cat".into()),
             max_tokens: 7,
+            arrival: None,
         };
         let (path, body) = request_body(&target(), &req);
         assert_eq!(path, "/v1/completions");
@@ -392,6 +393,7 @@ mod tests {
             tenant: Some("a".into()),
             prompt: Prompt::Chat(vec![Message::new("user", " hi".into())]),
             max_tokens: 1,
+            arrival: None,
         };
         let mut t = target();
         t.ignore_eos = false;
@@ -416,6 +418,7 @@ mod tests {
             tenant: None,
             prompt: Prompt::Text(" x".into()),
             max_tokens: 1,
+            arrival: None,
         };
         let out = send(&http_client(1), &t, &req, Instant::now()).await;
         assert_eq!(out.error.map(|e| e.0), Some(ErrorKind::Connect));
@@ -464,6 +467,7 @@ mod tests {
             tenant: Some("flood".into()),
             prompt: Prompt::Text(" x".into()),
             max_tokens: 1,
+            arrival: None,
         };
         let (out, info) = send_detailed(&http_client(1), &t, &req, Instant::now()).await;
         assert_eq!(out.error.map(|e| e.0), Some(ErrorKind::Status(429)));
@@ -485,6 +489,7 @@ mod tests {
             tenant: None,
             prompt: Prompt::Text(" x".into()),
             max_tokens: 1,
+            arrival: None,
         };
         let mut heads = Vec::new();
         for _ in 0..2 {

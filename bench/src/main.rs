@@ -55,7 +55,7 @@ fn main() -> Result<()> {
 }
 
 async fn run_command(args: RunArgs) -> Result<()> {
-    let spec = args.workload.spec()?;
+    let spec = args.workload.spec_for(args.requests)?;
     let text = args.workload.text;
     let load = args.load()?;
     if !(args.oracle_bytes_per_token > 0.0 && args.oracle_bytes_per_token.is_finite()) {
@@ -81,7 +81,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
     let base_url = target.base_url.clone();
     let idle = match load {
         LoadMode::Closed { concurrency } => concurrency,
-        LoadMode::Open { .. } => 256,
+        LoadMode::Open { .. } | LoadMode::Trace => 256,
     };
     let client = http_client(idle);
 
@@ -120,6 +120,7 @@ async fn run_command(args: RunArgs) -> Result<()> {
                         rate,
                         burst: Some(b),
                     } => format!("open {rate} req/s burst ×{}", b.factor),
+                    LoadMode::Trace => "trace arrivals".to_owned(),
                 }
             ),
             run: args.run_index,
@@ -189,7 +190,8 @@ async fn run_command(args: RunArgs) -> Result<()> {
             workload: spec,
             fleet,
             metrics_urls: args.metrics_urls,
-            max_in_flight: matches!(load, LoadMode::Open { .. }).then_some(args.max_in_flight),
+            max_in_flight: matches!(load, LoadMode::Open { .. } | LoadMode::Trace)
+                .then_some(args.max_in_flight),
             oracle_bytes_per_token: (!args.no_oracle).then_some(args.oracle_bytes_per_token),
             text,
         },
@@ -259,7 +261,7 @@ fn one_line_summary(r: &RunResult) -> String {
 }
 
 fn describe(args: DescribeArgs) -> Result<()> {
-    let spec: WorkloadSpec = args.workload.spec()?;
+    let spec: WorkloadSpec = args.workload.spec_for(Some(args.requests))?;
     let fleet = args.workload.fleet();
     println!("workload: {}", serde_json::to_string_pretty(&spec)?);
     let ws = spec.prefix_working_set();

@@ -34,6 +34,8 @@ pub enum LoadMode {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         burst: Option<Burst>,
     },
+    /// Each request at the time its workload gives (a replayed trace), whatever the answers do.
+    Trace,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
-//! Offering load: closed loop (a fixed number of requests in flight) or open loop (Poisson or
-//! bursty arrivals at a mean rate, whatever the answers do, see [`Arrivals`]), until a request
-//! count or a duration; progress on stderr (see [`crate::progress`]).
+//! Offering load: closed loop (a fixed number of requests in flight), open loop (Poisson or
+//! bursty arrivals at a mean rate, whatever the answers do, see [`Arrivals`]) or a trace's own
+//! arrival times, until a request count or a duration; progress on stderr (see
+//! [`crate::progress`]).
 //!
 //! Requests are dispatched in workload order. A request that belongs to a session is sent only
 //! after the session's previous request has finished (in the closed loop it holds its slot
@@ -81,7 +82,7 @@ pub async fn run_with(
 
     let slots = match plan.load {
         LoadMode::Closed { concurrency } => concurrency.max(1),
-        LoadMode::Open { .. } => plan.max_in_flight.max(1),
+        LoadMode::Open { .. } | LoadMode::Trace => plan.max_in_flight.max(1),
     };
     let semaphore = Arc::new(Semaphore::new(slots));
     let deadline = plan
@@ -89,8 +90,9 @@ pub async fn run_with(
         .map(|d| tokio::time::Instant::from_std(run_start + d));
     let mut arrivals = match plan.load {
         LoadMode::Open { rate, burst } => Some(Arrivals::new(plan.seed, rate, burst)),
-        LoadMode::Closed { .. } => None,
+        LoadMode::Closed { .. } | LoadMode::Trace => None,
     };
+    let timed = matches!(plan.load, LoadMode::Trace);
     let zero = tokio::time::Instant::from_std(run_start);
     let mut sessions: HashMap<u64, oneshot::Receiver<()>> = HashMap::new();
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
@@ -110,11 +112,25 @@ pub async fn run_with(
             }
             tokio::time::sleep_until(next_arrival).await;
         }
+        // A timed request is taken first: its arrival time is in it.
+        let mut timed_req = None;
+        if timed {
+            let Some(req) = stream.next() else { break };
+            if let Some(at) = req.arrival {
+                if zero + at >= end {
+                    break;
+                }
+                tokio::time::sleep_until(zero + at).await;
+            }
+            timed_req = Some(req);
+        }
         let permit = tokio::select! {
             p = semaphore.clone().acquire_owned() => p.expect("semaphore is never closed"),
             _ = tokio::time::sleep_until(end) => break,
         };
-        let Some(req) = stream.next() else { break };
+        let Some(req) = timed_req.or_else(|| stream.next()) else {
+            break;
+        };
         n += 1;
         live.sent();
         let previous = req.session.and_then(|s| sessions.remove(&s));

@@ -223,7 +223,7 @@ async fn run_then_report() {
 #[test]
 fn bad_arguments_are_refused_with_a_reason() {
     let bin = env!("CARGO_BIN_EXE_warmpath-bench");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &[
                 "run",
@@ -281,6 +281,56 @@ fn bad_arguments_are_refused_with_a_reason() {
                 "3",
             ],
             "does not apply",
+        ),
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "1",
+                "--mode",
+                "trace",
+            ],
+            "use it with --workload trace",
+        ),
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "1",
+                "--workload",
+                "trace",
+            ],
+            "needs --trace FILE",
+        ),
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "1",
+                "--workload",
+                "trace",
+                "--trace",
+                "/nonexistent/trace.jsonl",
+            ],
+            "reading trace /nonexistent/trace.jsonl",
+        ),
+        (
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--requests",
+                "1",
+                "--time-scale",
+                "4",
+            ],
+            "--time-scale does not apply to the shared-prefix workload",
         ),
     ];
     for (args, expected) in cases {

@@ -11,7 +11,9 @@ use warmpath_bench::metrics::{fleet_delta, scrape};
 use warmpath_bench::oracle::{evaluate, OracleRequest};
 use warmpath_bench::results::{aggregate, LoadMode};
 use warmpath_bench::runner::{run, Plan};
-use warmpath_bench::workload::{Arrivals, Burst, Fleet, MultiTurn, SharedPrefix, WorkloadSpec};
+use warmpath_bench::workload::{
+    Arrivals, Burst, Fleet, MultiTurn, SharedPrefix, Trace, WorkloadSpec,
+};
 
 async fn sim(extra: &[&str]) -> warmpath_sim::SimHandle {
     let mut args = vec!["warmpath-sim", "--listen", "127.0.0.1:0"];
@@ -97,6 +99,84 @@ async fn oracle_matches_the_simulator_cache_exactly_when_everything_fits() {
         assert_eq!(cache.hits as u64, o.infinite.hits, "{}", spec.name());
         assert!(cache.hits > 0.0);
     }
+}
+
+/// A Mooncake-format trace replayed at its own times (scaled): every request is sent no earlier
+/// than its arrival, the run spans the trace's time, and the simulator's cache sees exactly the
+/// sharing the trace's block ids describe (the oracle's compulsory-miss bound, one replica with
+/// room for everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_is_replayed_at_its_times_with_its_sharing() {
+    let path =
+        std::env::temp_dir().join(format!("warmpath-sim-trace-{}.jsonl", std::process::id()));
+    let mut lines = String::new();
+    for i in 0..24u64 {
+        // Three conversations of growing prompts (each turn repeats its history's blocks),
+        // a request every 40 ms of trace time.
+        let conv = i % 3;
+        let turn = i / 3;
+        let ids: Vec<String> = (0..=turn + 1)
+            .map(|b| (conv * 100 + b).to_string())
+            .collect();
+        lines.push_str(&format!(
+            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 64, \"hash_ids\": [{}]}}\n",
+            i * 40,
+            (turn + 2) * 512 - 100,
+            ids.join(", ")
+        ));
+    }
+    std::fs::write(&path, lines).unwrap();
+    let mut trace = Trace::load(&path, 16).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    trace.time_scale = 2.0;
+    trace.window = 24;
+    trace.start = Some(0);
+    let spec = WorkloadSpec::Trace(trace);
+
+    let handle = sim(&["--kv-blocks", "4096", "--timing", "zero"]).await;
+    let addr = handle.addrs()[0];
+    let client = http_client(4);
+    let metrics = vec![format!("http://{addr}/metrics")];
+    let before = scrape(&client, &metrics[0]).await.unwrap();
+    let plan = Plan {
+        load: LoadMode::Trace,
+        requests: Some(24),
+        duration: Some(Duration::from_secs(60)),
+        max_in_flight: 64,
+        seed: 1,
+    };
+    let out = run(
+        client.clone(),
+        target(addr, Duration::from_secs(10)),
+        spec.requests(1),
+        plan,
+        false,
+    )
+    .await;
+    let after = scrape(&client, &metrics[0]).await.unwrap();
+    let agg = aggregate(&out.outcomes, 0);
+    assert_eq!(agg.counts.ok, 24, "{:?}", agg.counts.error_samples);
+    let mut starts: Vec<f64> = out.outcomes.iter().map(|o| o.start_s).collect();
+    starts.sort_by(f64::total_cmp);
+    let arrivals: Vec<f64> = spec
+        .requests(1)
+        .map(|r| r.arrival.unwrap().as_secs_f64())
+        .collect();
+    assert_eq!(arrivals.last(), Some(&(23.0 * 0.040 / 2.0)));
+    for (s, a) in starts.iter().zip(&arrivals) {
+        assert!(*s >= a - 1e-3, "sent at {s} s before its arrival at {a} s");
+    }
+    let cache = fleet_delta(&metrics, &[before], &[after]);
+    let reqs: Vec<OracleRequest> = spec
+        .requests(1)
+        .map(|r| OracleRequest::from_work(&r, 16))
+        .collect();
+    let o = evaluate(&reqs, 16, 4096, 1);
+    assert_eq!(cache.queries as u64, o.infinite.queries);
+    assert_eq!(cache.hits as u64, o.infinite.hits);
+    // Every turn after a conversation's first hits its history: 21 of 24 requests, 16 tokens
+    // (one block) per shared trace block.
+    assert!(o.infinite.hits >= 21 * 16, "{}", o.infinite.hits);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

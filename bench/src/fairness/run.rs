@@ -117,6 +117,7 @@ fn next_request(spec: &TenantSpec, rng: &mut Rng64) -> WorkRequest {
         tenant: Some(spec.name.clone()),
         prompt: Prompt::Text(text::words(rng, prompt_tokens as usize)),
         max_tokens,
+        arrival: None,
     }
 }
 

@@ -76,7 +76,7 @@ impl Loaded {
     pub fn rate(&self) -> Option<f64> {
         match self.result.config.load {
             LoadMode::Open { rate, .. } => Some(rate),
-            LoadMode::Closed { .. } => None,
+            LoadMode::Closed { .. } | LoadMode::Trace => None,
         }
     }
     /// The commit the run was made on, `None` when not recorded (schema 1, or no git).

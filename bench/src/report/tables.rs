@@ -202,6 +202,7 @@ fn plumbing_and_balance(points: &[&Point<'_>]) -> String {
                 burst: Some(b),
             } => format!("{rate:.1} req/s in bursts ×{}, {} s", b.factor, b.period_s),
             LoadMode::Open { rate, burst: None } => format!("{rate:.1} req/s"),
+            LoadMode::Trace => "the trace's arrivals".to_owned(),
         };
         let _ = writeln!(
             md,
@@ -264,6 +265,7 @@ fn offered(p: &Point<'_>) -> String {
         } => format!("{rate:.1} (bursts ×{}, {} s)", b.factor, b.period_s),
         LoadMode::Open { rate, burst: None } => format!("{rate:.1}"),
         LoadMode::Closed { .. } => "–".to_owned(),
+        LoadMode::Trace => "trace".to_owned(),
     }
 }
 
@@ -317,7 +319,7 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
     if !closed.is_empty() {
         let c = match closed[0].load() {
             LoadMode::Closed { concurrency } => concurrency,
-            LoadMode::Open { .. } => 0,
+            LoadMode::Open { .. } | LoadMode::Trace => 0,
         };
         let warmup = closed[0].first().result.config.warmup;
         let counted = if warmup > 0 {

@@ -65,6 +65,7 @@ impl LongDoc {
                 tenant: None,
                 prompt: Prompt::Text(prompt),
                 max_tokens: spec.output_tokens,
+                arrival: None,
             })
         })
     }

@@ -22,6 +22,7 @@ mod no_sharing;
 mod noisy;
 mod sessions;
 mod shared_prefix;
+mod trace;
 mod zipf;
 
 pub use agent::AgentSessions;
@@ -31,6 +32,7 @@ pub use multi_turn::MultiTurn;
 pub use no_sharing::NoSharing;
 pub use noisy::NoisyNeighbour;
 pub use shared_prefix::SharedPrefix;
+pub use trace::{Trace, TraceError, TraceRecord, MOONCAKE_BLOCK_TOKENS};
 pub use zipf::Zipf;
 
 /// The prefix working set, as a multiple of the fleet's total KV cache, that default sizes aim at
@@ -76,6 +78,9 @@ pub struct WorkRequest {
     pub tenant: Option<String>,
     pub prompt: Prompt,
     pub max_tokens: u32,
+    /// When the request arrives, from the start of the run (a replayed trace's requests carry
+    /// their times; `--mode trace` sends them then).
+    pub arrival: Option<std::time::Duration>,
 }
 
 /// The target fleet the default sizes are derived from.
@@ -125,6 +130,7 @@ pub enum WorkloadSpec {
     Agent(AgentSessions),
     NoSharing(NoSharing),
     NoisyNeighbour(NoisyNeighbour),
+    Trace(Trace),
 }
 
 /// An infinite, seeded request sequence.
@@ -139,6 +145,7 @@ impl WorkloadSpec {
             Self::Agent(_) => "agent",
             Self::NoSharing(_) => "no-sharing",
             Self::NoisyNeighbour(_) => "noisy-neighbour",
+            Self::Trace(_) => "trace",
         }
     }
 
@@ -151,6 +158,7 @@ impl WorkloadSpec {
             Self::Agent(w) => Box::new(w.stream(seed)),
             Self::NoSharing(w) => Box::new(w.stream(seed)),
             Self::NoisyNeighbour(w) => Box::new(w.stream(seed)),
+            Self::Trace(w) => Box::new(w.stream(seed)),
         }
     }
 
@@ -164,6 +172,7 @@ impl WorkloadSpec {
             Self::Agent(w) => w.prefix_working_set(),
             Self::NoSharing(_) => 0,
             Self::NoisyNeighbour(w) => w.prefix_working_set(),
+            Self::Trace(w) => w.prefix_working_set(),
         }
     }
 
@@ -193,7 +202,7 @@ impl WorkloadSpec {
             Self::SharedPrefix(w) => Some(w.zipf),
             Self::LongDoc(w) => Some(w.zipf),
             Self::NoisyNeighbour(w) => Some(w.quiet.zipf),
-            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) => None,
+            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) | Self::Trace(_) => None,
         }
     }
 
@@ -203,7 +212,7 @@ impl WorkloadSpec {
             Self::SharedPrefix(w) => Some(w.groups),
             Self::LongDoc(w) => Some(w.documents),
             Self::NoisyNeighbour(w) => Some(w.quiet.groups),
-            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) => None,
+            Self::MultiTurn(_) | Self::Agent(_) | Self::NoSharing(_) | Self::Trace(_) => None,
         }
     }
 

@@ -32,6 +32,7 @@ impl NoSharing {
                 tenant: None,
                 prompt: Prompt::Text(text::words(&mut rng, spec.prompt_tokens as usize)),
                 max_tokens: spec.output_tokens,
+                arrival: None,
             })
         })
     }

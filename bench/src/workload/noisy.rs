@@ -57,6 +57,7 @@ impl NoisyNeighbour {
                         spec.noisy_prompt_tokens as usize,
                     )),
                     max_tokens: spec.noisy_output_tokens,
+                    arrival: None,
                 });
             }
             let g = match &zipf {
@@ -74,6 +75,7 @@ impl NoisyNeighbour {
                 tenant: Some(format!("tenant-{}", g % tenants)),
                 prompt: Prompt::Text(prompt),
                 max_tokens: spec.quiet.output_tokens,
+                arrival: None,
             })
         })
     }

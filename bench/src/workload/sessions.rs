@@ -152,6 +152,7 @@ pub(crate) fn stream(
             tenant: None,
             prompt: Prompt::Chat(s.messages.clone()),
             max_tokens: shape.output_tokens,
+            arrival: None,
         })
     })
 }

@@ -75,6 +75,7 @@ impl SharedPrefix {
                 tenant: None,
                 prompt: Prompt::Text(prompt),
                 max_tokens: spec.output_tokens,
+                arrival: None,
             })
         })
     }
