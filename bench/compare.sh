@@ -83,6 +83,17 @@ OTHER_WARMUP=${OTHER_WARMUP:-$WARMUP}
 BINDING_SYSTEMS=${BINDING_SYSTEMS:-}
 BINDING_WORKING_SET=${BINDING_WORKING_SET:-1.5}
 BINDING_ZIPF=${BINDING_ZIPF:-1.0}
+# A recorded production trace replayed at its own arrival times (bench/trace.sh sets these):
+# TRACE_FILE (Mooncake format), for the TRACE_SYSTEMS (none by default), TRACE_REQUESTS of it
+# per run (each seed its own window), TRACE_WARMUP left out, times divided by TRACE_TIME_SCALE,
+# each 512-token trace block made TRACE_BLOCK_TOKENS tokens (default one KV block).
+TRACE_SYSTEMS=${TRACE_SYSTEMS:-}
+TRACE_FILE=${TRACE_FILE:-}
+TRACE_REQUESTS=${TRACE_REQUESTS:-2000}
+TRACE_WARMUP=${TRACE_WARMUP:-300}
+TRACE_TIME_SCALE=${TRACE_TIME_SCALE:-20}
+TRACE_BLOCK_TOKENS=${TRACE_BLOCK_TOKENS:-16}
+TRACE_TIMEOUT=${TRACE_TIMEOUT:-30s}
 # The SGLang gateway's balance thresholds for a fleet of this size: its defaults (abs 64,
 # rel 1.5) never trigger with 32 requests over 8 replicas, so one hot prefix takes one replica.
 SGLANG_TUNED_ARGS=${SGLANG_TUNED_ARGS:-"--balance-abs-threshold 4 --balance-rel-threshold 1.25"}
@@ -136,7 +147,7 @@ SIM_FLAGS=(--prefill-us-per-token "$PREFILL_US" --decode-base-ms "$DECODE_BASE_M
 [ -n "$REPLICA_SPEEDS" ] && SIM_FLAGS+=(--replica-speeds "$REPLICA_SPEEDS")
 [ -n "$SIM_TOKENIZER" ] && SIM_FLAGS+=(--tokenizer "$SIM_TOKENIZER")
 FLEET_LINE="warmpath-sim, $REPLICAS replicas × $KV_BLOCKS KV blocks × $BLOCK_SIZE tokens, ${SIM_FLAGS[*]}, other costs default; workload text: $TEXT${SCRAPE_INTERVAL_MS:+; warmpath scrapes every $SCRAPE_INTERVAL_MS ms}"
-if [ "$SUITE" != sim ]; then
+if [ "$SUITE" != sim ] && [ -f "$RESULTS/machine.txt" ]; then
   echo "suite $SUITE: $FLEET_LINE; $(length_text)" >> "$RESULTS/machine.txt"
 else
 {
@@ -290,6 +301,17 @@ for label in $(shuffled "$SEED" $BINDING_SYSTEMS); do
   bench "$label" "$label-shared-prefix-binding-closed" --workload shared-prefix --mode closed \
     --concurrency "$CONCURRENCY" --working-set "$BINDING_WORKING_SET" --zipf "$BINDING_ZIPF" \
     $(length "$DURATION")
+  stop_front
+done
+
+for label in $(shuffled "$SEED" $TRACE_SYSTEMS); do
+  have_system "$label" || continue
+  [ -f "$TRACE_FILE" ] || { echo "TRACE_SYSTEMS needs TRACE_FILE (a Mooncake-format trace)" >&2; exit 2; }
+  say "$label: trace $(basename "$TRACE_FILE"), $TRACE_REQUESTS requests at its times / $TRACE_TIME_SCALE (seed $SEED)"
+  start_sim; start_front "$label"
+  bench "$label" "$label-trace-$(basename "$TRACE_FILE" .jsonl)" --workload trace --mode trace \
+    --trace "$TRACE_FILE" --trace-block-tokens "$TRACE_BLOCK_TOKENS" --time-scale "$TRACE_TIME_SCALE" \
+    --requests "$TRACE_REQUESTS" --warmup "$TRACE_WARMUP" --timeout "$TRACE_TIMEOUT"
   stop_front
 done
 

@@ -42,6 +42,9 @@ pub struct Cli {
 pub enum Command {
     /// Offer load to an endpoint and write a JSON result.
     Run(Box<RunArgs>),
+    /// Regenerate the README's benchmark block (warmpath's default against each peer) from the
+    /// committed results its marker names; --check only compares.
+    Headline(HeadlineArgs),
     /// Print a workload's parameters, sizes, sample requests and oracle hit rates, without
     /// sending anything.
     Describe(DescribeArgs),
@@ -176,6 +179,16 @@ pub struct DescribeArgs {
     /// Sample requests to print (prompts abbreviated).
     #[arg(long, default_value_t = 3)]
     pub show: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct HeadlineArgs {
+    /// The Markdown file holding the block.
+    #[arg(long, default_value = "README.md")]
+    pub readme: PathBuf,
+    /// Fail when the block differs from the results instead of rewriting it.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Debug, Args)]

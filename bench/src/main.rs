@@ -44,6 +44,15 @@ fn main() -> Result<()> {
         Command::FairnessReport(args) => warmpath_bench::fairness::report_command(args),
         Command::Describe(args) => describe(args),
         Command::Export(args) => export(args),
+        Command::Headline(args) => {
+            let changed = warmpath_bench::report::headline::update(&args.readme, args.check)?;
+            eprintln!(
+                "{}: benchmark block {}",
+                args.readme.display(),
+                if changed { "regenerated" } else { "up to date" }
+            );
+            Ok(())
+        }
         Command::Report(args) => {
             let options = warmpath_bench::report::Options {
                 allow_mixed_commits: args.allow_mixed_commits,

@@ -11,10 +11,12 @@
 
 mod commits;
 mod datapath;
+pub mod headline;
 mod plots;
 mod points;
 mod tables;
 mod targets;
+mod versus;
 
 use std::path::{Path, PathBuf};
 
@@ -245,6 +247,7 @@ pub fn write_report(
     );
     md.push_str(&commits::summary(&results));
     md.push_str(&targets::section(&sections));
+    md.push_str(&versus::section(&sections));
     let mut suite: Option<&str> = None;
     for s in &sections {
         if suite != Some(s.suite.as_str()) {
