@@ -4,11 +4,13 @@
 # On one simulated fleet (warmpath-sim, REPLICAS replicas with a small KV cache each), runs the
 # same seeded workloads through:
 #   warmpath round_robin, least_load, prefix, predicted_ttft   (warmpath-router, static config)
-#   SGLang model gateway round_robin and cache_aware            (../shared/peers/sglang-router.sh)
+#   SMG 1.13 (the Shepherd Model Gateway) cache_aware, prefix_hash, round_robin (../shared/peers/smg.sh)
 # and, when named in SYSTEMS (make bench-full names them all): the peers' algorithms on
-# warmpath's data path (warmpath-consistent-hash, warmpath-llm-d, warmpath-dynamo), the SGLang
-# gateway with power_of_two, and with balance thresholds sized for this fleet
-# (sglang-cache-aware-tuned, SGLANG_TUNED_ARGS).
+# warmpath's data path (warmpath-consistent-hash, warmpath-llm-d, warmpath-dynamo), SMG with
+# power_of_two, and cache_aware with balance thresholds sized for this fleet
+# (smg-cache-aware-tuned, SMG_TUNED_ARGS, chosen by bench/tune-smg.sh on tuning seeds only).
+# The older sglang-router 0.3.2 (sglang-* labels, SGLANG_DIR, SGLANG_TUNED_ARGS) runs only when
+# SYSTEMS names it. SMG's version and each smg-* row's flags go to machine.txt.
 # then the data-path suite (bench/datapath.sh, when present), writes bench/results/*.json and
 # regenerates BENCHMARKS.md with `warmpath-bench report`.
 #
@@ -19,7 +21,7 @@
 # Knobs (environment): DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
 # RATES (open-loop offered req/s), CONCURRENCY, REPLICAS, KV_BLOCKS, PREFILL_US (simulated
 # prefill cost per uncached token), SYSTEMS (subset of labels), OTHER_WORKLOADS,
-# OTHER_SYSTEMS, SKIP_DATAPATH=1, SGLANG_DIR, PROFILE (release|debug), BIN_DIR, BASELINE_ROUTER (another
+# OTHER_SYSTEMS, SKIP_DATAPATH=1, SMG_DIR (default /work/peers/smg), SGLANG_DIR, PROFILE (release|debug), BIN_DIR, BASELINE_ROUTER (another
 # warmpath-router binary, e.g. the last commit's: systems named baseline-POLICY run it, side by
 # side with warmpath-POLICY); for the data-path suite
 # DATAPATH_DURATION, DATAPATH_ROUNDS, DATAPATH_LAT_DURATION, DATAPATH_PROFILE (default: the
@@ -94,17 +96,20 @@ TRACE_WARMUP=${TRACE_WARMUP:-300}
 TRACE_TIME_SCALE=${TRACE_TIME_SCALE:-20}
 TRACE_BLOCK_TOKENS=${TRACE_BLOCK_TOKENS:-16}
 TRACE_TIMEOUT=${TRACE_TIMEOUT:-30s}
-# The SGLang gateway's balance thresholds for a fleet of this size: its defaults (abs 64,
-# rel 1.5) never trigger with 32 requests over 8 replicas, so one hot prefix takes one replica.
+# SMG's balance thresholds for a fleet of this size (smg-cache-aware-tuned; bench/tune-smg.sh
+# writes the chosen pair, which bench/full.sh passes here): its defaults are abs 64, rel 1.5.
+SMG_TUNED_ARGS=${SMG_TUNED_ARGS:-"--balance-abs-threshold 4 --balance-rel-threshold 1.25"}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
+# The older sglang-router's, for sglang-cache-aware-tuned (only when SYSTEMS names it).
 SGLANG_TUNED_ARGS=${SGLANG_TUNED_ARGS:-"--balance-abs-threshold 4 --balance-rel-threshold 1.25"}
 SIM_PORT=${SIM_PORT:-18101}
 FRONT_PORT=${FRONT_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-round-robin sglang-cache-aware"}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft smg-round-robin smg-prefix-hash smg-cache-aware"}
 OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-neighbour"}
-OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft sglang-cache-aware"}
+OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft smg-cache-aware"}
 SWEEP_SYSTEMS=${SWEEP_SYSTEMS:-$SYSTEMS}
 # The plumbing alone: one request at a time, short prompts, no sharing, each system and the
 # engine reached directly (`direct`), so that what a router or gateway adds to an idle request's
@@ -136,7 +141,7 @@ fi
 
 mkdir -p "$RESULTS"
 if [ "$SUITE" = sim ]; then
-  rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
+  rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/smg-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
 else
   rm -f "$RESULTS/$SUITE"-*.json
 fi
@@ -157,7 +162,10 @@ else
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') × $(nproc) cores"
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
   echo "rustc: $(rustc --version)"
-  echo "sglang-router: $("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print $2}' || echo absent)"
+  echo "smg: $(smg_version) (PyPI smg, $SMG_DIR/venv/bin/smg)"
+  case " $SYSTEMS $BINDING_SYSTEMS $OTHER_SYSTEMS $TRACE_SYSTEMS $IDLE_SYSTEMS " in
+    *" sglang-"*) echo "sglang-router: $("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print $2}' || echo absent)" ;;
+  esac
   echo "fleet: $FLEET_LINE"
   echo "load: closed loop $CONCURRENCY in flight, $(length_text); open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
   echo "note: load generator, router or gateway, and all simulated replicas share these cores"
@@ -231,6 +239,15 @@ start_front() { # label
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
       ;;
+    smg-*)
+      # shellcheck disable=SC2046
+      smg_start "$label" "$FRONT_PORT" "$WORK/front.log" $(replica_urls)
+      FRONT_PID=$SMG_PID
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      # The exact flags of the row, once per label, beside the version in machine.txt.
+      local row_text; row_text="row $(smg_row_text "$label")"
+      grep -qxF "$row_text" "$RESULTS/machine.txt" 2>/dev/null || echo "$row_text" >> "$RESULTS/machine.txt"
+      ;;
     sglang-*)
       local policy=${label#sglang-}; policy=${policy//-/_}
       # shellcheck disable=SC2046
@@ -247,6 +264,7 @@ have_system() { # label
   case $1 in
     baseline-*) [ -x "${BASELINE_ROUTER:-}" ] ;;
     direct) true ;;
+    smg-*) smg_ready ;;
     sglang-*) [ -x "$SGLANG_DIR/venv/bin/python" ] && [ -f "$PEERS/sglang-router.sh" ] ;;
     *) true ;;
   esac
@@ -274,7 +292,7 @@ shuffled() { # seed systems...
 for SEED in $SEEDS; do
 for label in $(shuffled "$SEED" $SYSTEMS); do
   if ! have_system "$label"; then
-    echo "!!!!! SKIPPING $label: $SGLANG_DIR/venv or $PEERS/sglang-router.sh is missing (bash $PEERS/sglang-router.sh install $SGLANG_DIR) !!!!!" >&2
+    echo "!!!!! SKIPPING $label: its gateway is not installed (SMG: bash $PEERS/smg.sh install $SMG_DIR; sglang-router: bash $PEERS/sglang-router.sh install $SGLANG_DIR) !!!!!" >&2
     continue
   fi
   say "$label: shared-prefix, closed loop (seed $SEED)"
