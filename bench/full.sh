@@ -4,7 +4,8 @@
 #
 # One build of the tree as committed (a dirty tree is refused unless ALLOW_DIRTY=1: results are
 # stamped with the commit, and a report must say what one version of the code does), then:
-#   1. bench/tune-sglang.sh     the SGLang gateway's thresholds, tuned on seeds 1-2
+#   1. bench/tune-smg.sh        SMG's (the Shepherd Model Gateway 1.13) balance thresholds, tuned on
+#                               seeds 1-2 (tuning seeds; disjoint from the scored 11-15)
 #   2. bench/compare.sh         the main comparison on seeds 11-15: every system, the open-loop
 #                               sweep, the section where the cache binds, the other workloads,
 #                               the idle plumbing, the data-path suite
@@ -12,10 +13,9 @@
 #                               mixed fleet
 #   4. bench/real-vllm.sh       three real vLLM engines (skipped, loudly, without vLLM)
 #   5. bench/independent.sh     warmpath-bench's figures against guidellm's on the same prompts
-#   6. bench/pd.sh              the prefill/decode split against unified serving and the SGLang
-#                               gateway's PD mode
+#   6. bench/pd.sh              the prefill/decode split against unified serving and SMG's PD mode
 #   7. bench/flow.sh            per-tenant fairness under overload (issue 13) against plain
-#                               request-count fairness, no flow control and the SGLang queue
+#                               request-count fairness, no flow control and SMG's queue
 # and one report (BENCHMARKS.md) over all of it (the P/D and flow reports appended as they are). Warmpath's defaults were chosen on seeds 1-2
 # and on the default-sized workloads; seeds 11-15 are never used for tuning.
 #
@@ -40,24 +40,26 @@ fi
 export SKIP_REPORT=1
 mkdir -p "$RESULTS"
 if [ "$PARTS" = "tune main sensitivity vllm independent pd flow" ]; then
-  rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/sglang-tuned-args
+  rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/smg-tuned-args "$RESULTS"/sglang-tuned-args
 fi
 started=$SECONDS
 
 has() { case " $PARTS " in *" $1 "*) true ;; *) false ;; esac; }
 
 if has tune; then
-  bash bench/tune-sglang.sh
+  bash bench/tune-smg.sh
 fi
+# The chosen thresholds, for every script below that runs smg-cache-aware-tuned.
+SMG_TUNED_ARGS=$(cat "$RESULTS/smg-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")
+export SMG_TUNED_ARGS
 if has main; then
-  tuned=$(cat "$RESULTS/sglang-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")
-  SGLANG_TUNED_ARGS=$tuned SEEDS=$SCORE_SEEDS REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 \
+  SEEDS=$SCORE_SEEDS REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 \
     RATES="40 120" \
-    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-round-robin sglang-cache-aware sglang-cache-aware-tuned sglang-power-of-two" \
-    SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft sglang-cache-aware" \
-    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo sglang-cache-aware sglang-cache-aware-tuned" \
-    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft sglang-cache-aware sglang-cache-aware-tuned" \
-    IDLE_SYSTEMS="warmpath-prefix sglang-round-robin sglang-cache-aware" IDLE_REQUESTS=100 \
+    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-round-robin smg-prefix-hash smg-cache-aware smg-cache-aware-tuned smg-power-of-two" \
+    SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned" \
+    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-cache-aware smg-cache-aware-tuned smg-prefix-hash" \
+    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned smg-prefix-hash" \
+    IDLE_SYSTEMS="warmpath-prefix smg-round-robin smg-cache-aware" IDLE_REQUESTS=100 \
     bash bench/compare.sh
 fi
 if has sensitivity; then
