@@ -3,7 +3,8 @@
 #
 # Starts three real vLLM CPU engines (../shared/peers/vllm-cpu.sh, the tiny random-weight model)
 # with a small KV cache (--num-gpu-blocks-override, 128-token blocks on CPU), and runs the same
-# seeded shared-prefix workload through each warmpath policy and the SGLang gateway. Between
+# seeded shared-prefix workload through each warmpath policy and SMG 1.13 (the Shepherd Model
+# Gateway: cache_aware on its defaults and tuned, prefix_hash, round_robin). Between
 # systems the engines' prefix caches are emptied (POST /reset_prefix_cache, served because the
 # engines run with VLLM_SERVER_DEV_MODE=1) and the router or gateway is restarted, so every
 # system starts cold. The engines publish their KV events (tcp://*:KV_PORT0+i); the system
@@ -16,12 +17,24 @@
 # unless SKIP_REPORT=1. BIN_DIR: binaries built elsewhere, measured as they are.
 #
 # About 11 GB of memory and 2-4 minutes to start the engines on 2 cores.
+#
+# No `smg-cache-aware-events` row: SMG 1.13's event-driven KV index (`--kv-index positional|chain`,
+# `--block-size`, `--selection-accounting-ttl-ms`) is fed only by its own engine connections: the
+# gRPC `SubscribeKvEvents` stream of a `grpc://` worker (vLLM's `vllm.entrypoints.grpc_server` with
+# SMG's servicer, launched by `smg serve --connection-mode grpc`) or the handshake of an `ipc://`
+# worker (a headless vLLM EngineCore dialling SMG's ZMQ sockets, `--connection-mode zmq`). For an
+# OpenAI-HTTP worker, which these engines are, `smg launch --help` lists no flag that names a KV
+# event endpoint (its only KV-event knobs are the index kind, the block size, the liveness bounds
+# `--worker-stale-secs` and the Kubernetes annotations `--kv-connector-annotation`
+# `--kv-engine-id-annotation`), so over HTTP cache_aware always routes from its radix trees of
+# request text. Following vLLM's ZMQ publisher would need SMG to front the engine core itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
 VLLM_DIR=${VLLM_DIR:-/work/peers/vllm}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 ENGINES=${ENGINES:-3}
@@ -33,7 +46,10 @@ REQUESTS=${REQUESTS:-200}
 WARMUP=${WARMUP:-30}
 CONCURRENCY=${CONCURRENCY:-4}
 SEEDS=${SEEDS:-"11 12 13 14 15"}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d sglang-cache-aware"}
+SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d smg-cache-aware smg-cache-aware-tuned smg-prefix-hash smg-round-robin"}
+# smg-cache-aware-tuned: SMG_TUNED_ARGS (bench/full.sh passes the pair bench/tune-smg.sh chose on the
+# simulated fleet's tuning seeds; nothing is tuned on these engines).
+SMG_TUNED_ARGS=${SMG_TUNED_ARGS:-$(cat "$RESULTS/smg-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 KV_PORT0=${KV_PORT0:-18251}
 # Sized for this fleet in the engine's own tokens: the tiny model's BPE cuts each 4-byte word
 # into about BYTES_PER_TOKEN bytes per token (measured below with /tokenize), so the prefix
@@ -88,6 +104,9 @@ METRICS=()
 for u in "${URLS[@]}"; do METRICS+=(--metrics-url "$u/metrics"); done
 {
   echo "# real-engine run: $ENGINES × vLLM CPU (tiny random-weight Llama), --num-gpu-blocks-override $BLOCKS, 128-token blocks; engine tokenizer $BYTES_PER_TOKEN bytes per token on this text"
+  for label in $SYSTEMS; do
+    case $label in smg-*) smg_ready && echo "# row $(smg_row_text "$label")" ;; esac
+  done
 } >> "$RESULTS/commands-vllm-cpu.txt"
 
 FRONT_PID=""
@@ -133,6 +152,12 @@ run_point() { # label seed section groups zipf
         sleep 2
         for u in "${URLS[@]}"; do curl -fsS -X POST "$u/reset_prefix_cache" >/dev/null; done
       fi
+      ;;
+    smg-*)
+      smg_ready || { echo "!!!!! SKIPPING $label: SMG is not installed under $SMG_DIR !!!!!" >&2; return 0; }
+      smg_start "$label" "$FRONT_PORT" "$WORK/front.log" "${URLS[@]}"
+      FRONT_PID=$SMG_PID
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
       ;;
     sglang-*)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; return 0; }
