@@ -34,6 +34,9 @@
 # ROUTER_EXTRA (YAML appended to warmpath's configuration, e.g. a `predictor:` block),
 # SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
+# For the llm-d systems (llm-d: its shipped profile; llm-d-precise: KV events, real vLLM only):
+# EPP_BIN (llm-d's EPP, built by hand from the pinned commit, ../shared/peers/README.md) and
+# GATEWAY_BIN (default BIN/warmpath-extproc-gateway: cargo build -p warmpath-extproc-gateway).
 #
 # The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
 # shared cores: closed loop 10 s, open-loop points 8 s (each point's first second or two is the
@@ -255,6 +258,21 @@ start_front() { # label
         >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
+    llm-d|llm-d-*)
+      # llm-d's EPP (EPP_BIN, built by hand) with file discovery, behind
+      # warmpath-extproc-gateway (bench/llm-d.sh); llm-d-CONFIG runs bench/llm-d/CONFIG.yaml.
+      if [ -z "${EPP_BIN:-}" ]; then
+        echo "system $label needs EPP_BIN: llm-d's EPP binary, built by hand from the pinned commit as ../shared/peers/README.md says" >&2
+        return 1
+      fi
+      local llmd_config=default
+      [ "$label" = llm-d ] || llmd_config=${label#llm-d-}
+      # shellcheck disable=SC2046
+      LLMD_CONFIG=$llmd_config GATEWAY_BIN=${GATEWAY_BIN:-$BIN/warmpath-extproc-gateway} \
+        bash bench/llm-d.sh serve "$FRONT_PORT" $(replica_urls) >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "$FRONT_URL/v1/models" 90
       ;;
     *) echo "unknown system $label" >&2; return 1 ;;
   esac
