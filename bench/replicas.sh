@@ -9,8 +9,11 @@
 #   precise-1, precise-N   warmpath `prefix`, the pool with `kv_events` (each replica's
 #                          kv_events_endpoint), 1 or ROUTERS routers
 #   approx-1, approx-N     the same without `kv_events`: the approximate index only
-#   sglang-1, sglang-N     the SGLang gateway, cache_aware with the tuned balance thresholds
-#                          (bench/results/sglang-tuned-args), 1 or ROUTERS gateways
+#   smg-1, smg-N           SMG 1.13 (the Shepherd Model Gateway, ../shared/peers/smg.sh), cache_aware
+#                          with the tuned balance thresholds (SMG_ARGS, default
+#                          bench/results/smg-tuned-args), 1 or ROUTERS gateways, each on its own
+#                          (no `--enable-mesh`: the gateways share no state, as sglang-router's did not)
+#   sglang-1, sglang-N     (when named) the older sglang-router 0.3.2 the same way (SGLANG_ARGS)
 #   nginx-rr               nginx round-robin straight over the engines (no router: the floor)
 #   shadow-N               (when named) precise-N's N routers running, nginx sending to the first
 #                          only: one router's decisions with N routers' CPU use (a diagnosis)
@@ -23,8 +26,9 @@
 #                          client echoing each session's `x-session-token`
 #   sessionmap-N           the same without the echo: each router's own session map only
 #   predicted-1, -N        warmpath `predicted_ttft`, approximate index
-#   sglang-key-1, -N       the SGLang gateway's `manual` policy: a session's routing key
-#                          (`x-smg-routing-key`) sticks to one worker (`--assignment-mode min_load`)
+#   smg-key-1, -N          SMG's `manual` policy: a session's routing key (`x-smg-routing-key`)
+#                          sticks to one worker (`--assignment-mode min_load`)
+#   sglang-key-1, -N       (when named) the same on sglang-router 0.3.2
 # Warmpath's systems other than sessions-* and sessionmap-* run with session affinity off, so
 # that they route by prefix (and load) alone.
 # on the shared-prefix workload (or WORKLOAD with WORKLOAD_ARGS) sized so that its distinct
@@ -43,7 +47,7 @@
 #
 # Knobs (environment): SEEDS, SYSTEMS, ROUTERS, REPLICAS, KV_BLOCKS, PREFILL_US, CONCURRENCY,
 # REQUESTS, WARMUP, WORKING_SET, ZIPF, WORKLOAD, WORKLOAD_ARGS (the bench's workload flags; default
-# "--zipf $ZIPF"), REPORT_TITLE, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
+# "--zipf $ZIPF"), REPORT_TITLE, SMG_ARGS, SMG_DIR, SGLANG_ARGS, SGLANG_DIR, BIN_DIR (prebuilt binaries;
 # otherwise a release build into target/), NGINX, ports SIM_PORT KV_PORT FRONT_PORT ROUTER_PORT
 # ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record),
 # REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there),
@@ -58,7 +62,7 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-bench/results-replicas}
 SEEDS=${SEEDS:-"11 12 13"}
 ROUTERS=${ROUTERS:-4}
-SYSTEMS=${SYSTEMS:-"precise-1 precise-$ROUTERS approx-1 approx-$ROUTERS sglang-1 sglang-$ROUTERS nginx-rr"}
+SYSTEMS=${SYSTEMS:-"precise-1 precise-$ROUTERS approx-1 approx-$ROUTERS smg-1 smg-$ROUTERS nginx-rr"}
 REPLICAS=${REPLICAS:-4}
 KV_BLOCKS=${KV_BLOCKS:-512}
 BLOCK_SIZE=16
@@ -77,6 +81,8 @@ FRONT_PORT=${FRONT_PORT:-18780}
 ROUTER_PORT=${ROUTER_PORT:-18781}
 ADMIN_PORT=${ADMIN_PORT:-18791}
 PEER_PORT=${PEER_PORT:-18761}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
+SMG_ARGS=${SMG_ARGS:-$(cat bench/results/smg-tuned-args 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 SGLANG_ARGS=${SGLANG_ARGS:-$(cat bench/results/sglang-tuned-args 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 NGINX=${NGINX:-nginx}
@@ -101,7 +107,9 @@ started=$SECONDS
 note_cmd() { echo "$*" | sed "s#$BIN/##g; s#$WORK#\$WORK#g" >> "$RESULTS/commands.txt"; }
 {
   echo "# bench/replicas.sh, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-  echo "# SEEDS=\"$SEEDS\" SYSTEMS=\"$SYSTEMS\" ROUTERS=$ROUTERS REPLICAS=$REPLICAS KV_BLOCKS=$KV_BLOCKS PREFILL_US=$PREFILL_US CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS WARMUP=$WARMUP WORKING_SET=$WORKING_SET ZIPF=$ZIPF WORKLOAD=$WORKLOAD WORKLOAD_ARGS=\"$WORKLOAD_ARGS\" SGLANG_ARGS=\"$SGLANG_ARGS\" bash bench/replicas.sh"
+  echo "# SEEDS=\"$SEEDS\" SYSTEMS=\"$SYSTEMS\" ROUTERS=$ROUTERS REPLICAS=$REPLICAS KV_BLOCKS=$KV_BLOCKS PREFILL_US=$PREFILL_US CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS WARMUP=$WARMUP WORKING_SET=$WORKING_SET ZIPF=$ZIPF WORKLOAD=$WORKLOAD WORKLOAD_ARGS=\"$WORKLOAD_ARGS\" SMG_ARGS=\"$SMG_ARGS\" bash bench/replicas.sh"
+  case " $SYSTEMS " in *" smg-"*) smg_ready && echo "# smg $(smg_version) (PyPI smg, $SMG_DIR); rows: smg-K: smg launch --policy cache_aware $SMG_ARGS --backend vllm --log-level warn; smg-key-K: smg launch --policy manual --assignment-mode min_load --backend vllm --log-level warn" ;; esac
+  case " $SYSTEMS " in *" sglang-"*) echo "# sglang-router rows: SGLANG_ARGS=\"$SGLANG_ARGS\"" ;; esac
   [ -n "${BINARIES_FROM:-}" ] && echo "# binaries (BIN_DIR=$BIN_DIR): $BINARIES_FROM"
   echo "# every run: the fleet, then its front (routers or gateways, then nginx), then the load"
 } > "$RESULTS/commands.txt"
@@ -254,7 +262,27 @@ start_front() { # system seed
       done
       case $kind in precise|peered|peered-approx) sleep 1 ;; esac
       ;;
-    sglang-*|sglang-key-*)
+    smg-*)  # smg-K and smg-key-K
+      local policy=cache_aware flags=()
+      # shellcheck disable=SC2206
+      flags=($SMG_ARGS)
+      [ "$kind" = smg-key ] && policy=manual flags=(--assignment-mode min_load)
+      smg_ready || { echo "no SMG under $SMG_DIR" >&2; return 1; }
+      local urls=() i
+      for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(engine_url "$i")"); done
+      for k in $(seq 0 $((n - 1))); do
+        local cmd=(bash "$PEERS/smg.sh" serve "$SMG_DIR" $((ROUTER_PORT + k)) "$policy" "${urls[@]}" -- "${flags[@]}")
+        note_cmd "${cmd[*]}"
+        "${cmd[@]}" >"$WORK/front-$k.log" 2>&1 &
+        FRONT_PIDS+=($!); started_pid $!
+        upstream+=("127.0.0.1:$((ROUTER_PORT + k))")
+      done
+      for k in $(seq 0 $((n - 1))); do
+        wait_http "http://127.0.0.1:$((ROUTER_PORT + k))/health" 90 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
+      done
+      ;;
+    sglang-*)  # sglang-K and sglang-key-K
+      # shellcheck disable=SC2206
       local policy=(--policy cache_aware $SGLANG_ARGS)
       [ "$kind" = sglang-key ] && policy=(--policy manual --assignment-mode min_load)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "no SGLang gateway under $SGLANG_DIR" >&2; return 1; }
@@ -310,7 +338,7 @@ for seed in $SEEDS; do
       extra=()
       case $system in
         sessions-*) extra=(--echo-session-token) ;;
-        sglang-key-*) extra=(--session-header x-smg-routing-key) ;;
+        smg-key-*|sglang-key-*) extra=(--session-header x-smg-routing-key) ;;
       esac
       # shellcheck disable=SC2206
       cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite replicas
@@ -361,9 +389,10 @@ per = {s: {seed: fig(d) for seed, d in v.items()} for s, v in runs.items()}
 med = {s: {k: statistics.median(x[k] for x in v.values()) for k in KEYS + ["errors", "oracle_lru_perfect", "oracle_infinite"]}
        for s, v in per.items()}
 N = routers
-pairs = [(f"precise-{N}", "precise-1"), (f"approx-{N}", "approx-1"), (f"sglang-{N}", "sglang-1"),
+pairs = [(f"precise-{N}", "precise-1"), (f"approx-{N}", "approx-1"), (f"smg-{N}", "smg-1"), (f"sglang-{N}", "sglang-1"),
          ("precise-1", "approx-1"), (f"precise-{N}", f"approx-{N}"),
-         (f"precise-{N}", f"sglang-{N}"), ("precise-1", "sglang-1"),
+         (f"precise-{N}", f"smg-{N}"), ("precise-1", "smg-1"), (f"precise-{N}", f"sglang-{N}"), ("precise-1", "sglang-1"),
+         (f"smg-key-{N}", "smg-key-1"), ("sessions-1", "smg-key-1"), (f"sessions-{N}", f"smg-key-{N}"),
          (f"sessions-{N}", "sessions-1"), ("sessions-1", "approx-1"), (f"sessions-{N}", f"approx-{N}"),
          (f"sessionmap-{N}", f"approx-{N}"), (f"sessions-{N}", f"precise-{N}"), (f"sglang-key-{N}", "sglang-key-1"),
          ("sessions-1", "sglang-key-1"), (f"sessions-{N}", f"sglang-key-{N}"), ("predicted-1", "approx-1"),
@@ -414,7 +443,8 @@ json.dump({"medians": med, "ratios": ratios, "per_seed": per, "kv_events": kv, "
 any_run = next(iter(next(iter(runs.values())).values()))
 c, w = any_run["config"], any_run["config"]["workload"]
 order = [s for s in ["precise-1", f"precise-{N}", f"peered-{N}", "approx-1", f"approx-{N}", f"peered-approx-{N}", "sessions-1", f"sessions-{N}", f"sessionmap-{N}",
-                     "predicted-1", f"predicted-{N}", "sglang-1", f"sglang-{N}", "sglang-key-1", f"sglang-key-{N}", "nginx-rr"] if s in per]
+                     "predicted-1", f"predicted-{N}", "smg-1", f"smg-{N}", "smg-key-1", f"smg-key-{N}",
+                     "sglang-1", f"sglang-{N}", "sglang-key-1", f"sglang-key-{N}", "nginx-rr"] if s in per]
 order = list(dict.fromkeys(order))
 order += [s for s in sorted(per) if s not in order]
 L = []
@@ -463,7 +493,7 @@ for key, label in [(f"precise-{routers}/precise-1", "Target"), (f"peered-{router
         verdict = "met" if r["of_medians"] >= 0.97 else "MISSED"
         L.append(f"**{label} ({key} hit rate ≥ 0.97): {verdict}**: {r['of_medians']:.3f} on the medians, "
                  f"worst seed {worst:.3f}.\n")
-for a, b in [(f"approx-{routers}", "approx-1"), (f"peered-approx-{routers}", "approx-1"), (f"sglang-{routers}", "sglang-1"), ("precise-1", "approx-1")]:
+for a, b in [(f"approx-{routers}", "approx-1"), (f"peered-approx-{routers}", "approx-1"), (f"smg-{routers}", "smg-1"), (f"sglang-{routers}", "sglang-1"), ("precise-1", "approx-1")]:
     k = f"{a}/{b}"
     if k in ratios:
         h = ratios[k]["hit_rate"]["of_medians"]; t = ratios[k]["ttft_p90_ms"]["of_medians"]; q = ratios[k]["requests_per_s"]["of_medians"]
