@@ -9,8 +9,9 @@
 #    exchange), STEPS steps per session, working set WORKING_SET × the fleet's cache; through
 #    warmpath by prefix only (approx-1, approx-N, and precise-N fed by KV events), by prefix plus
 #    sessions (sessions-1, sessions-N with the client echoing the session token, sessionmap-N
-#    without the echo), and the SGLang gateway by prefix (sglang-1, sglang-N: cache_aware) and by
-#    routing key (sglang-key-1, sglang-key-N: `manual`).
+#    without the echo), and SMG 1.13 (the Shepherd Model Gateway) by prefix (smg-1, smg-N:
+#    cache_aware with the tuned thresholds) and by routing key (smg-key-1, smg-key-N: `manual`);
+#    SMG's version and each row's flags are in the results' commands.txt.
 # 2. RESULTS=bench/results-predicted: the multi-turn workload at compare.sh's defaults (8
 #    replicas, half the fleet's cache) through warmpath `prefix` (approx-1) and `predicted_ttft`
 #    (predicted-1), one router each.
@@ -22,18 +23,19 @@ cd "$(dirname "$0")/.."
 
 PARTS=${PARTS:-"sessions predicted"}
 ROUTERS=${ROUTERS:-4}
+export ROUTERS
 N=$ROUTERS
 STEPS=${STEPS:-12}
 INSERT_EVERY=${INSERT_EVERY:-3}
 COMPACT_EVERY=${COMPACT_EVERY:-5}
 SUMMARY_TOKENS=${SUMMARY_TOKENS:-256}
-SESSION_SYSTEMS=${SESSION_SYSTEMS:-"approx-1 sessions-1 approx-$N sessions-$N sessionmap-$N precise-$N sglang-1 sglang-$N sglang-key-1 sglang-key-$N"}
+SESSION_SYSTEMS=${SESSION_SYSTEMS:-"approx-1 sessions-1 approx-$N sessions-$N sessionmap-$N precise-$N smg-1 smg-$N smg-key-1 smg-key-$N"}
 PREDICTED_SYSTEMS=${PREDICTED_SYSTEMS:-"approx-1 predicted-1"}
 
 for part in $PARTS; do
   case $part in
     sessions)
-      RESULTS=bench/results-sessions SYSTEMS=$SESSION_SYSTEMS ROUTERS=$ROUTERS \
+      RESULTS=bench/results-sessions SYSTEMS=$SESSION_SYSTEMS \
         WORKING_SET=${WORKING_SET:-1.0} WORKLOAD=agent \
         WORKLOAD_ARGS="--steps $STEPS --insert-every $INSERT_EVERY --compact-every $COMPACT_EVERY --summary-tokens $SUMMARY_TOKENS" \
         REPORT_TITLE="Sessions: an agent workload that rewrites its context, with 1 and $ROUTERS routers (issue 15)" \
