@@ -342,14 +342,16 @@ async fn pump_request_body(mut body: Incoming, tx: mpsc::Sender<ProcessingReques
 }
 
 /// Sends the upstream's body to the picker and the picker's body to the client, both chunk by
-/// chunk and at the same time. Ends when the picker's last chunk is out; dropping `to_picker`
-/// then closes the stream, as Envoy half-closes it.
+/// chunk and at the same time. Ends when the picker's last chunk is out (or the client or the
+/// picker went away: the upstream body is then dropped, which closes its connection); only then
+/// is the stream to the picker closed, as Envoy keeps it open until the last answer.
 async fn relay_response(
     mut upstream: Incoming,
     to_picker: mpsc::Sender<ProcessingRequest>,
     mut inbound: Streaming<ProcessingResponse>,
     to_client: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
 ) {
+    let _open = to_picker.clone();
     let feed = async move {
         loop {
             match upstream.frame().await {
@@ -415,7 +417,11 @@ async fn relay_response(
             }
         }
     };
-    tokio::join!(feed, relay);
+    tokio::pin!(feed, relay);
+    tokio::select! {
+        () = &mut relay => {}
+        () = &mut feed => relay.await,
+    }
 }
 
 async fn next(
