@@ -7,8 +7,12 @@
 #   pd-nixl-T            warmpath, half the replicas a prefill pool and half a decode pool,
 #                        vLLM's NIXL protocol, split from T uncached tokens (THRESHOLDS)
 #   pd-sglang            warmpath, the same pools, SGLang's bootstrap protocol
-#   sglang-pd            the SGLang gateway in its PD mode (--pd-disaggregation, cache_aware)
-#   sglang-unified       the SGLang gateway, cache_aware over all replicas
+#   smg-pd               SMG 1.13 (the Shepherd Model Gateway, ../shared/peers/smg.sh) in its PD mode
+#                        (--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL, cache_aware
+#                        for both legs; it sends both legs at once with SGLang's bootstrap fields,
+#                        its connector mode `passthrough`)
+#   smg-unified          SMG, cache_aware over all replicas
+#   sglang-pd, sglang-unified  (when named) the same on the older sglang-router 0.3.2
 # on three workloads, open loop at RATE requests/s (fixed request counts, a warm-up left out):
 #   long-prompts         no sharing, PROMPT_TOKENS-token prompts, 16 tokens out: prefill-heavy
 #   medium-prompts       no sharing, 384-token prompts, 64 tokens out: where a split may not pay
@@ -16,7 +20,8 @@
 #   mixed                long documents with short questions (the long-doc workload), 64 out:
 #                        a document's first request is split, its questions are cached
 # TTFT, inter-token latency p50/p99 and throughput per system, SEEDS seeds each, systems in a
-# seeded shuffled order, into RESULTS (suite `pd`). About 25 minutes on two cores with 5 seeds.
+# seeded shuffled order, into RESULTS (suite `pd`); SMG's version and its rows' flags go to
+# RESULTS/commands-pd.txt. About 25 minutes on two cores with 5 seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,12 +36,13 @@ REQUESTS=${REQUESTS:-160}
 WARMUP=${WARMUP:-30}
 PROMPT_TOKENS=${PROMPT_TOKENS:-2048}
 THRESHOLDS=${THRESHOLDS:-"256 1024"}
-SYSTEMS=${SYSTEMS:-"unified pd-sglang sglang-pd sglang-unified"}
+SYSTEMS=${SYSTEMS:-"unified pd-sglang smg-pd smg-unified"}
 WORKLOADS=${WORKLOADS:-"long-prompts medium-prompts mixed"}
 SIM_PORT=${SIM_PORT:-18501}
 BOOTSTRAP_PORT=${BOOTSTRAP_PORT:-19501}
 FRONT_PORT=${FRONT_PORT:-18580}
 ADMIN_PORT=${ADMIN_PORT:-18590}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 BIN=${BIN_DIR:-target/release}
 for t in $THRESHOLDS; do SYSTEMS="$SYSTEMS pd-nixl-$t"; done
@@ -97,6 +103,22 @@ start() { # system
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
       ;;
+    smg-pd)
+      local args=()
+      for i in $(seq 0 $((HALF - 1))); do args+=(--prefill "$(url "$i")" "$((BOOTSTRAP_PORT + i))"); done
+      for i in $(seq "$HALF" $((REPLICAS - 1))); do args+=(--decode "$(url "$i")"); done
+      bash "$PEERS/smg.sh" serve "$SMG_DIR" "$FRONT_PORT" cache_aware -- --pd-disaggregation "${args[@]}" \
+        >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
+    smg-unified)
+      local urls=()
+      for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(url "$i")"); done
+      smg_start smg-cache-aware "$FRONT_PORT" "$WORK/front.log" "${urls[@]}"
+      FRONT_PID=$SMG_PID
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
     sglang-pd)
       local args=()
       for i in $(seq 0 $((HALF - 1))); do args+=(--prefill "$(url "$i")" "$((BOOTSTRAP_PORT + i))"); done
@@ -129,15 +151,27 @@ workload_args() { # workload
 
 METRICS=()
 for i in $(seq 0 $((REPLICAS - 1))); do METRICS+=(--metrics-url "$(url "$i")/metrics"); done
+case " $SYSTEMS " in
+  *" smg-"*)
+    if smg_ready; then
+      {
+        echo "# smg $(smg_version) (PyPI smg, $SMG_DIR/venv/bin/smg)"
+        echo "# smg-pd: smg launch --policy cache_aware --backend vllm --log-level warn --pd-disaggregation --prefill URL BOOTSTRAP_PORT ($HALF) --decode URL ($((REPLICAS - HALF)))"
+        echo "# smg-unified: smg launch --policy cache_aware --backend vllm --log-level warn --worker-urls URL ($REPLICAS)"
+      } >> "$RESULTS/commands-pd.txt"
+    fi
+    ;;
+esac
 for seed in $SEEDS; do
   for system in $(printf '%s\n' $SYSTEMS | shuf --random-source=<(yes "$seed")); do
+    case $system in smg-*) smg_ready || { echo "!!!!! SKIPPING $system: no SMG under $SMG_DIR !!!!!" >&2; continue; } ;; esac
     case $system in sglang-*) [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $system: no $SGLANG_DIR/venv !!!!!" >&2; continue; } ;; esac
     for w in $WORKLOADS; do
       echo "== $system: $w (seed $seed)" >&2
       if ! start "$system"; then
         echo "!!!!! $system did not start; its log:" >&2; tail -20 "$WORK/front.log" >&2; continue
       fi
-      # shellcheck disable=SC2046
+      # shellcheck disable=SC2046,SC2207
       cmd=("$BIN/warmpath-bench" run --url "http://127.0.0.1:$FRONT_PORT" --suite pd --label "$system"
         --seed "$seed" --fleet-replicas "$REPLICAS" --fleet-kv-blocks "$KV_BLOCKS" "${METRICS[@]}"
         $(workload_args "$w") --mode open --rate "$RATE" --requests "$REQUESTS" --warmup "$WARMUP"
