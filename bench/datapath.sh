@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-path overhead, side by side in one go: one static nginx backend (127.0.0.1:9001) and,
 # in front of it, nginx (one worker, :9002), warmpath-router with one thread (:9003) and with
-# default threads (:9004), and the SGLang gateway (cache_aware, :9005). wrk sends the same
+# default threads (:9004), and SMG 1.13, the Shepherd Model Gateway (cache_aware, :9005; the
+# older sglang-router 0.3.2 on :9007 too with WITH_SGLANG=1). wrk sends the same
 # 2 KB /v1/completions POST to the backend directly and through each proxy.
 #
 #   bench/datapath.sh                    # DURATION=10s CONNS=32 ROUNDS=3 by default
@@ -13,9 +14,13 @@
 # shared machine a single run mostly measures who got the CPU.
 #
 # Prints a table (req/s, p50, p99, p99 added over direct, CPU per request, ratios) and writes
-# bench/results/datapath.json. Peers: nginx and wrk from apt (nginx-light, wrk); sglang-router
-# from SGLANG_DIR (default /work/peers/sglang, then bench/.peers/sglang, installed there with
-# ../shared/peers/sglang-router.sh when absent). Set SKIP_SGLANG=1 to leave it out.
+# bench/results/datapath.json (with SMG's version and flags). Peers: nginx and wrk from apt
+# (nginx-light, wrk); SMG from SMG_DIR (default /work/peers/smg, installed there with
+# ../shared/peers/smg.sh when absent; SKIP_SMG=1 leaves it out). The static backend answers
+# /v1/models with its completion body, so SMG registers it as model `unknown`: SMG runs with
+# `--model-alias tiny=unknown` to accept the bench's model name (a name lookup, no extra hop).
+# sglang-router (WITH_SGLANG=1) from SGLANG_DIR (default /work/peers/sglang, then
+# bench/.peers/sglang, installed there with ../shared/peers/sglang-router.sh when absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -25,14 +30,21 @@ CONNS=${CONNS:-32}
 ROUNDS=${ROUNDS:-3}
 LAT_DURATION=${LAT_DURATION:-5s}
 PEERS=${PEERS:-/work/shared/peers}
-SKIP_SGLANG=${SKIP_SGLANG:-0}
+SKIP_SMG=${SKIP_SMG:-${SKIP_SGLANG:-0}}
+WITH_SGLANG=${WITH_SGLANG:-0}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
+SMG_FLAGS=(--model-alias tiny=unknown)
 OUT=${OUT:-$root/bench/results/datapath.json}
 
 for tool in nginx wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "datapath: $tool is required (apt-get install -y nginx-light wrk curl python3)" >&2; exit 2; }
 done
 
-if [ "$SKIP_SGLANG" != 1 ]; then
+if [ "$SKIP_SMG" != 1 ] && ! [ -x "$SMG_DIR/venv/bin/smg" ]; then
+  echo "datapath: installing SMG into $SMG_DIR" >&2
+  bash "$PEERS/smg.sh" install "$SMG_DIR"
+fi
+if [ "$WITH_SGLANG" = 1 ]; then
   if [ -z "${SGLANG_DIR:-}" ]; then
     if [ -x /work/peers/sglang/venv/bin/python ]; then SGLANG_DIR=/work/peers/sglang
     else SGLANG_DIR=$root/bench/.peers/sglang; fi
@@ -43,7 +55,7 @@ if [ "$SKIP_SGLANG" != 1 ]; then
   fi
 fi
 
-for port in 9001 9002 9003 9004 9005 9006 9093 9094 9096; do
+for port in 9001 9002 9003 9004 9005 9006 9007 9093 9094 9096 10005 10007; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "datapath: port $port is busy; stop whatever listens there first" >&2; exit 2
   fi
@@ -102,9 +114,15 @@ if [ -n "${BASELINE_BIN:-}" ]; then
   WARMPATH_LOG=warn "$BASELINE_BIN" --config "$work/router-baseline.yaml" --threads 1 2>"$work/base.log" &
   pids+=($!); base=$!
 fi
+smg=
+if [ "$SKIP_SMG" != 1 ]; then
+  bash "$PEERS/smg.sh" serve "$SMG_DIR" 9005 cache_aware http://127.0.0.1:9001 -- "${SMG_FLAGS[@]}" \
+    >"$work/smg.log" 2>&1 &
+  pids+=($!); smg=$!
+fi
 sgl=
-if [ "$SKIP_SGLANG" != 1 ]; then
-  bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" 9005 cache_aware http://127.0.0.1:9001 \
+if [ "$WITH_SGLANG" = 1 ]; then
+  bash "$PEERS/sglang-router.sh" serve "$SGLANG_DIR" 9007 cache_aware http://127.0.0.1:9001 \
     >"$work/sglang.log" 2>&1 &
   pids+=($!); sgl=$!
 fi
@@ -113,7 +131,8 @@ wait_post http://127.0.0.1:9001
 wait_post http://127.0.0.1:9002
 wait_post http://127.0.0.1:9003
 wait_post http://127.0.0.1:9004
-[ -n "$sgl" ] && wait_post http://127.0.0.1:9005
+[ -n "$smg" ] && wait_post http://127.0.0.1:9005
+[ -n "$sgl" ] && wait_post http://127.0.0.1:9007
 [ -n "$base" ] && wait_post http://127.0.0.1:9006
 
 master_children() { pgrep -P "$(cat "$1")" | tr '\n' ' '; }
@@ -121,6 +140,7 @@ backend_pids=$(master_children /tmp/nginx.pid)
 nginx_pids=$(master_children /tmp/nginx2.pid)
 tree() { # PID...: the pids and all their descendants
   local p
+  # shellcheck disable=SC2046
   for p in "$@"; do echo "$p"; tree $(pgrep -P "$p" || true); done
 }
 ticks() { # PID...: utime+stime of these processes, in clock ticks
@@ -145,9 +165,10 @@ run() { # NAME PORT CONNS DURATION PIDS...
 
 targets=("direct 9001 $backend_pids" "nginx 9002 $nginx_pids" "warmpath-1thread 9003 $wp1"
          "warmpath-default 9004 $wpn")
-[ -n "$sgl" ] && targets+=("sglang-cache_aware 9005 $sgl")
+[ -n "$smg" ] && targets+=("smg-cache_aware 9005 $smg")
+[ -n "$sgl" ] && targets+=("sglang-cache_aware 9007 $sgl")
 [ -n "$base" ] && targets+=("baseline-1thread 9006 $base")
-for round in $(seq "$ROUNDS"); do
+for _ in $(seq "$ROUNDS"); do
   for t in "${targets[@]}"; do
     set -- $t; name=$1 port=$2; shift 2
     run "$name" "$port" "$CONNS" "$DURATION" "$@"
@@ -173,6 +194,8 @@ for t in "${targets[@]}"; do
 done
 
 mkdir -p "$(dirname "$OUT")"
+SMG_VERSION=$([ -n "$smg" ] && "$SMG_DIR/venv/bin/smg" --version | awk '{print $NF}' || true) \
+SMG_ROW="smg launch --policy cache_aware --backend vllm --log-level warn ${SMG_FLAGS[*]}" \
 PROFILE="$PROFILE" python3 - "$results" "$OUT" "$(getconf CLK_TCK)" "$CONNS" "$DURATION" "$large" <<'PY'
 import json, sys, datetime, os
 path, out, clk, conns, duration, large_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
@@ -194,12 +217,13 @@ d, d1 = load["direct"], single.get("direct")
 summary = {}
 print(f"\n{conns} connections, {duration} x {rounds} rounds (medians), 2 KB prompt, one static nginx backend (wrk -t1)")
 print(f"{'target':<20}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'p99 added':>11}{'CPU us/req':>12}"
-      f"{'vs nginx':>10}{'vs sglang':>11}{'c=1 p50 +us':>13}{'c=1 p99 +us':>13}")
+      f"{'vs nginx':>10}{'vs smg':>11}{'c=1 p50 +us':>13}{'c=1 p99 +us':>13}")
 for name, r in load.items():
     s = {"rps": r["rps"], "p50_ms": r["p50_us"] / 1e3, "p99_ms": r["p99_us"] / 1e3,
          "p99_added_ms": (r["p99_us"] - d["p99_us"]) / 1e3, "cpu_us_per_req": r["cpu_us_per_req"],
          "errors": r["errors"] + r["non2xx"]}
     if "nginx" in load: s["throughput_vs_nginx"] = r["rps"] / load["nginx"]["rps"]
+    if "smg-cache_aware" in load: s["throughput_vs_smg"] = r["rps"] / load["smg-cache_aware"]["rps"]
     if "sglang-cache_aware" in load: s["throughput_vs_sglang"] = r["rps"] / load["sglang-cache_aware"]["rps"]
     if name in single and d1:
         s["c1_p50_added_us"] = single[name]["p50_us"] - d1["p50_us"]
@@ -208,7 +232,7 @@ for name, r in load.items():
     summary[name] = s
     f = lambda k, fmt: (fmt % s[k]) if k in s else "-"
     print(f"{name:<20}{s['rps']:>10.0f}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['p99_added_ms']:>11.2f}"
-          f"{s['cpu_us_per_req']:>12.1f}{f('throughput_vs_nginx','%.2fx'):>10}{f('throughput_vs_sglang','%.2fx'):>11}"
+          f"{s['cpu_us_per_req']:>12.1f}{f('throughput_vs_nginx','%.2fx'):>10}{f('throughput_vs_smg','%.2fx'):>11}"
           f"{f('c1_p50_added_us','%.0f'):>13}{f('c1_p99_added_us','%.0f'):>13}")
 large = {}
 for line in open(large_path):
@@ -222,6 +246,7 @@ if large:
         print(f"{name:<20}{r['rps']:>10.0f} req/s{r['cpu_us_per_req']:>10.0f} us CPU/req  p50 {r['p50_us']/1e3:.2f} ms  errors {r['errors'] + r['non2xx']:.0f}")
 doc = {"benchmark": "datapath", "date": datetime.datetime.utcnow().isoformat() + "Z",
        "router_profile": os.environ.get("PROFILE", "release"),
+       "peers": {"smg": {"version": os.environ.get("SMG_VERSION") or None, "flags": os.environ.get("SMG_ROW")}},
        "host": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
        "wrk": {"threads": 1, "connections": conns, "duration": duration, "prompt_bytes": 2048},
        "rounds": rounds, "results": summary,
