@@ -4,14 +4,17 @@
 #
 # One simulated replica (warmpath-sim, default costs) and, in front of it, in turn: nothing
 # (`direct`), warmpath (`prefix` policy), warmpath routing from the replica's KV events, nginx
-# (round-robin, keepalive, no buffering) and the SGLang gateway (cache_aware). Each gets the same
+# (round-robin, keepalive, no buffering) and SMG 1.13, the Shepherd Model Gateway (`smg`,
+# cache_aware, through ../shared/peers/smg.sh; the older sglang-router 0.3.2 as `sglang` when
+# SYSTEMS names it). Each gets the same
 # closed loop of ONE request at a time: short prompts (64-token shared part, 32-token question),
 # 8 output tokens, streamed. ROUNDS rounds, the fronts in a seeded shuffled order per round, the
 # fleet and the front restarted each time; a front's figure is the median over rounds of its
 # run's TTFT p50 (and p90), and "added" subtracts `direct`'s median.
 #
 # Writes RESULTS/overhead.tsv (every run) and RESULTS/OVERHEAD.md (the table). About 3 minutes.
-# Knobs: ROUNDS (3), REQUESTS (120, of which WARMUP 20 left out), SGLANG_DIR, BIN_DIR, NGINX,
+# SMG's version and flags go to RESULTS/commands.txt and OVERHEAD.md.
+# Knobs: ROUNDS (3), REQUESTS (120, of which WARMUP 20 left out), SMG_DIR, SGLANG_DIR, BIN_DIR, NGINX,
 # ports SIM_PORT KV_PORT FRONT_PORT ADMIN_PORT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,7 @@ RESULTS=${RESULTS:-bench/results-overhead}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-120}
 WARMUP=${WARMUP:-20}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 NGINX=${NGINX:-nginx}
 SIM_PORT=${SIM_PORT:-18401}
@@ -27,7 +31,7 @@ KV_PORT=${KV_PORT:-18451}
 FRONT_PORT=${FRONT_PORT:-18480}
 ADMIN_PORT=${ADMIN_PORT:-18490}
 BIN=${BIN_DIR:-target/release}
-SYSTEMS=${SYSTEMS:-"direct warmpath warmpath-events nginx sglang"}
+SYSTEMS=${SYSTEMS:-"direct warmpath warmpath-events nginx smg"}
 
 [ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
 # shellcheck source=bench/lib.sh
@@ -35,6 +39,14 @@ SYSTEMS=${SYSTEMS:-"direct warmpath warmpath-events nginx sglang"}
 mkdir -p "$RESULTS"
 printf 'round\tsystem\tttft_p50_ms\tttft_p90_ms\terrors\n' > "$RESULTS/overhead.tsv"
 : > "$RESULTS/commands.txt"
+SMG_LINE=""
+case " $SYSTEMS " in
+  *" smg "*)
+    if smg_ready; then
+      SMG_LINE="smg $(smg_version): smg launch --policy cache_aware --backend vllm --log-level warn"
+      echo "# $SMG_LINE" >> "$RESULTS/commands.txt"
+    fi ;;
+esac
 
 RUN_PIDS=()
 stop_run() {
@@ -96,6 +108,11 @@ EOF
       start "$WORK/front.log" "$NGINX" -c "$WORK/nginx.conf"
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 30
       url="http://127.0.0.1:$FRONT_PORT" ;;
+    smg)
+      smg_ready || { echo "no SMG under $SMG_DIR: skipped" >&2; stop_run; return 0; }
+      start "$WORK/front.log" bash "$PEERS/smg.sh" serve "$SMG_DIR" "$FRONT_PORT" cache_aware "http://127.0.0.1:$SIM_PORT"
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 90
+      url="http://127.0.0.1:$FRONT_PORT" ;;
     sglang)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "no SGLang gateway under $SGLANG_DIR: skipped" >&2; stop_run; return 0; }
       start "$WORK/front.log" "$SGLANG_DIR/venv/bin/python" -m sglang_router.launch_router --host 127.0.0.1 \
@@ -126,7 +143,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$RESULTS/overhead.tsv" "$ROUNDS" > "$RESULTS/OVERHEAD.md" <<'PY'
+python3 - "$RESULTS/overhead.tsv" "$ROUNDS" "$SMG_LINE" > "$RESULTS/OVERHEAD.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 by = {}
@@ -139,11 +156,13 @@ print("# Low-load TTFT overhead of each front (`bench/overhead.sh`)\n")
 print(f"One simulated replica, one streamed request at a time (64 + 32 prompt tokens, 8 out); median over {sys.argv[2]} rounds of each run's TTFT p50 and p90; added = the front's median minus `direct`'s.\n")
 print("| front | TTFT p50 ms | TTFT p90 ms | added p50 ms | added p90 ms | per-round p50 ms |")
 print("|---|---:|---:|---:|---:|---|")
-for s in ["direct", "warmpath", "warmpath-events", "nginx", "sglang"]:
+for s in ["direct", "warmpath", "warmpath-events", "nginx", "smg", "sglang"]:
     if s not in med:
         continue
     p50, p90 = med[s]
     rounds = ", ".join(f"{float(r['ttft_p50_ms']):.2f}" for r in by[s])
     print(f"| {s} | {p50:.2f} | {p90:.2f} | {p50 - base[0]:+.2f} | {p90 - base[1]:+.2f} | {rounds} |")
+if sys.argv[3]:
+    print(f"\n`smg`: {sys.argv[3]}.")
 PY
 cat "$RESULTS/OVERHEAD.md"
