@@ -3,8 +3,12 @@
 #   warmpath-tokens      warmpath, flow control on, fair share by tokens (`flow.fairness: tokens`)
 #   warmpath-requests    warmpath, flow control on, fair share by request count (llm-d's way)
 #   warmpath-noflow      warmpath, flow control off (`flow.enabled: false`): the engines' FCFS
-#   sglang-queue         the SGLang gateway with its one global queue (--max-concurrent-requests
-#                        = the fleet's batch slots, --queue-size, --queue-timeout-secs); no tenants
+#   smg-queue            SMG 1.13, the Shepherd Model Gateway (cache_aware, ../shared/peers/smg.sh),
+#                        with its one global admission queue (--max-concurrent-requests = the fleet's
+#                        batch slots, --queue-size, --queue-timeout-secs); no tenants. (SMG also has a
+#                        priority scheduler and per-tenant token rate limits, both off by default and
+#                        configured by YAML; not measured here.)
+#   sglang-queue         (when named) the same on the older sglang-router 0.3.2
 # and, when named in SYSTEMS, warmpath-headroom: warmpath-tokens with HEADROOM of each replica's
 # slots kept for tenants under their fair share (max_inflight_requests MAX_SEQS - HEADROOM,
 # headroom_requests HEADROOM); warmpath-isolate: warmpath-headroom with, besides, queued work of
@@ -32,7 +36,7 @@ cd "$(dirname "$0")/.."
 
 RESULTS=${RESULTS:-bench/results-flow}
 SEEDS=${SEEDS:-"11 12 13"}
-SYSTEMS=${SYSTEMS:-"warmpath-tokens warmpath-requests warmpath-noflow sglang-queue"}
+SYSTEMS=${SYSTEMS:-"warmpath-tokens warmpath-requests warmpath-noflow smg-queue"}
 SCENARIOS=${SCENARIOS:-"alone isolation long-prompts weights"}
 REPLICAS=${REPLICAS:-2}
 MAX_SEQS=${MAX_SEQS:-16}          # per replica: the batch, and the router's max_inflight_requests
@@ -58,9 +62,11 @@ HEADROOM=${HEADROOM:-2}           # warmpath-headroom and warmpath-isolate only
 ISOLATE_PREFILL=${ISOLATE_PREFILL:-$((PROMPT / 2))}
 LIGHT_FIRST=${LIGHT_FIRST:-false}                 # warmpath-isolate only
 SGLANG_QUEUE=${SGLANG_QUEUE:-1000}
+SMG_QUEUE=${SMG_QUEUE:-$SGLANG_QUEUE}   # the gateway queue's length (smg-queue, sglang-queue)
 SIM_PORT=${SIM_PORT:-18601}
 FRONT_PORT=${FRONT_PORT:-18680}
 ADMIN_PORT=${ADMIN_PORT:-18690}
+SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 # Release builds go to their own target folder (fat LTO; kept apart from the debug builds).
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-flowbench}
@@ -134,6 +140,15 @@ start() { # system
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
       wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
       ;;
+    smg-queue)
+      local urls=()
+      for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(url "$i")"); done
+      bash "$PEERS/smg.sh" serve "$SMG_DIR" "$FRONT_PORT" cache_aware "${urls[@]}" -- \
+        --max-concurrent-requests "$SLOTS" --queue-size "$SMG_QUEUE" \
+        --queue-timeout-secs $((QUEUE_TTL_MS / 1000)) >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
     sglang-queue)
       local urls=()
       for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(url "$i")"); done
@@ -168,7 +183,7 @@ measure() { # system scenario seed
     cp "$WORK/front.log" "$RESULTS/failed-$system-$scenario-s$seed.log" || true
     return 0
   fi
-  # shellcheck disable=SC2046
+  # shellcheck disable=SC2046,SC2207
   local cmd=("$BIN/warmpath-bench" fairness --url "http://127.0.0.1:$FRONT_PORT" --label "$system"
     --scenario "$scenario" --seed "$seed" $(tenants "$scenario") --warmup "$WARMUP" --duration "$DURATION"
     --drain "$DRAIN" --timeout "$TIMEOUT" --quiet --out "$RESULTS/flow-$scenario-$system-s$seed.json")
@@ -197,6 +212,9 @@ for system in $SYSTEMS; do for scenario in $SCENARIOS; do PAIRS+=("$system/$scen
 for seed in $SEEDS; do
   for pair in $(printf '%s\n' "${PAIRS[@]}" | shuf --random-source=<(yes "$seed")); do
     system=${pair%/*} scenario=${pair#*/}
+    if [ "$system" = smg-queue ] && ! smg_ready; then
+      echo "!!!!! SKIPPING $system: no SMG under $SMG_DIR" >&2; continue
+    fi
     if [ "$system" = sglang-queue ] && ! [ -x "$SGLANG_DIR/venv/bin/python" ]; then
       echo "!!!!! SKIPPING $system: no $SGLANG_DIR/venv" >&2; continue
     fi
@@ -217,6 +235,9 @@ describe_system() { # system: its line in the report's list
     warmpath-isolate) echo "- \`warmpath-isolate\`: warmpath-headroom and, besides, queued work of tenants at or over their share
   held while $ISOLATE_PREFILL prompt tokens per replica wait for their first token (\`max_pending_prefill_tokens: $ISOLATE_PREFILL\`)
   and (\`light_prefill_first: $LIGHT_FIRST\`) while a request of a tenant under its share waits for its first token." ;;
+    smg-queue) echo "- \`smg-queue\`: SMG $(smg_version) (the Shepherd Model Gateway) with
+  \`smg launch --policy cache_aware --backend vllm --log-level warn --max-concurrent-requests $SLOTS --queue-size $SMG_QUEUE --queue-timeout-secs $((QUEUE_TTL_MS / 1000))\`:
+  one global queue, no tenants." ;;
     sglang-queue) echo "- \`sglang-queue\`: the SGLang gateway ($("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print "sglang-router " $2}')) with
   \`--max-concurrent-requests $SLOTS --queue-size $SGLANG_QUEUE --queue-timeout-secs $((QUEUE_TTL_MS / 1000))\`: one global
   queue, no tenants." ;;
