@@ -39,8 +39,11 @@ export SKIP_DATAPATH=1 RATES=" " OTHER_SYSTEMS=" " IDLE_SYSTEMS=""
 # One report at the end, unless the caller (bench/full.sh) writes it.
 OWN_REPORT=${SKIP_REPORT:-yes}
 export SKIP_REPORT=1
-SENS_SYSTEMS=${SENS_SYSTEMS:-"warmpath-prefix warmpath-consistent-hash sglang-cache-aware"}
-MIXED_SYSTEMS=${MIXED_SYSTEMS:-"warmpath-least-load warmpath-prefix warmpath-predicted-ttft sglang-cache-aware"}
+# The peer: SMG 1.13 (the Shepherd Model Gateway) cache_aware on its defaults and with the balance
+# thresholds bench/tune-smg.sh chose on tuning seeds (SMG_TUNED_ARGS, passed on by bench/full.sh);
+# compare.sh writes SMG's version and each row's flags into machine.txt.
+SENS_SYSTEMS=${SENS_SYSTEMS:-"warmpath-prefix warmpath-consistent-hash smg-cache-aware smg-cache-aware-tuned"}
+MIXED_SYSTEMS=${MIXED_SYSTEMS:-"warmpath-least-load warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned"}
 POINTS=${POINTS:-"sim-prefill-20us sim-prefill-300us sim-step-overhead-3ms sim-kv-2048 sim-scrape-1s sim-natural-text sim-mixed-fleet"}
 TOKENIZER=${TOKENIZER:-bench/tokenizer/natural-bpe.json}
 PROFILE=${PROFILE:-release}
