@@ -125,6 +125,9 @@ pub struct Outcome {
     pub error: Option<(ErrorKind, String)>,
     /// The `x-warmpath-replica` response header, when present.
     pub replica: Option<String>,
+    /// A success status reached the client: from then on the router was committed to this
+    /// answer, and a failure after it is one no retry could have saved.
+    pub responded: bool,
     pub tenant: Option<String>,
 }
 
@@ -194,6 +197,7 @@ pub async fn send_detailed(
         prompt_tokens: 0,
         error: None,
         replica: None,
+        responded: false,
         tenant: req.tenant.clone(),
     };
     let result = tokio::time::timeout(
@@ -291,6 +295,7 @@ async fn exchange(
             String::from_utf8_lossy(&text).into_owned(),
         ));
     }
+    out.responded = true;
     let mut parser = SseParser::new();
     let mut last_text: Option<Instant> = None;
     let mut text_chunks = 0u64;

@@ -86,6 +86,11 @@ pub struct Counts {
     pub ok: u64,
     pub errors: u64,
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// Of the errors, those that came after a success status had reached the client (a stream
+    /// cut or failed midway): the only failures a retry by the router could not have saved.
+    /// Absent (0) in results written before it was counted.
+    #[serde(default)]
+    pub errors_after_response: u64,
     /// First few error messages, for diagnosis.
     pub error_samples: Vec<String>,
 }
@@ -180,6 +185,7 @@ pub fn aggregate(all: &[Outcome], warmup: usize) -> Aggregate {
         .last()
         .map_or(0.0, |o| (end(o) - window_start).max(0.0));
     let mut errors_by_kind = BTreeMap::new();
+    let mut errors_after_response = 0u64;
     let mut error_samples = Vec::new();
     let (mut ttft, mut itl, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
     let (mut out_tok, mut in_tok, mut ok) = (0u64, 0u64, 0u64);
@@ -196,6 +202,7 @@ pub fn aggregate(all: &[Outcome], warmup: usize) -> Aggregate {
         match &o.error {
             Some((kind, msg)) => {
                 *errors_by_kind.entry(kind.key()).or_insert(0) += 1;
+                errors_after_response += u64::from(o.responded);
                 if error_samples.len() < 5 {
                     error_samples.push(format!(
                         "{}: {}",
@@ -240,6 +247,7 @@ pub fn aggregate(all: &[Outcome], warmup: usize) -> Aggregate {
             ok,
             errors,
             errors_by_kind,
+            errors_after_response,
             error_samples,
         },
         throughput: Throughput {
@@ -314,8 +322,26 @@ mod tests {
             prompt_tokens: 100,
             error: None,
             replica: Some("r1".into()),
+            responded: true,
             tenant: tenant.map(str::to_owned),
         }
+    }
+
+    #[test]
+    fn only_failures_after_a_success_status_count_as_past_saving() {
+        let mut refused = ok(0.0, None);
+        refused.responded = false;
+        refused.error = Some((ErrorKind::Status(500), "engine error".into()));
+        let mut hung = ok(0.0, None);
+        hung.responded = false;
+        hung.error = Some((ErrorKind::Status(504), "upstream timeout".into()));
+        let mut cut = ok(0.25, None);
+        cut.error = Some((ErrorKind::StreamError, "engine died".into()));
+        let mut timed_out = ok(0.25, None);
+        timed_out.error = Some((ErrorKind::Timeout, "no complete answer".into()));
+        let counts = aggregate(&[ok(0.1, None), refused, hung, cut, timed_out], 0).counts;
+        assert_eq!((counts.ok, counts.errors), (1, 4));
+        assert_eq!(counts.errors_after_response, 2);
     }
 
     #[test]
@@ -323,6 +349,7 @@ mod tests {
         let mut outs = vec![ok(0.1, Some("a")), ok(0.3, Some("a")), ok(0.2, None)];
         let mut failed = ok(0.0, Some("a"));
         failed.error = Some((ErrorKind::Status(429), "slow down".into()));
+        failed.responded = false;
         outs.push(failed);
         // The window: from the first send (1.0 s) to the last completion (3.0 s).
         outs[2].start_s = 2.77;
