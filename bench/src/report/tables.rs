@@ -520,7 +520,7 @@ mod tests {
             }),
         });
         // Everything on one replica; an old result without request counts: by prompt tokens.
-        let mut collapsed = run("sglang-cache-aware", 1, None);
+        let mut collapsed = run("smg-cache-aware", 1, None);
         collapsed.result.cache = Some(FleetCache {
             hits: 0.0,
             queries: 0.0,
@@ -535,7 +535,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| sglang-cache-aware | 1 | closed, 8 in flight | ")
+            md.contains("| smg-cache-aware | 1 | closed, 8 in flight | ")
                 && md.contains("| 120.9 | – | – | – | – | 1.00 * | 0.00 * | 1 of 2 |"),
             "{md}"
         );

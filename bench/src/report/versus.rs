@@ -19,8 +19,8 @@ use crate::stats::Estimate;
 /// The policy warmpath ships as its default.
 pub(crate) const DEFAULT_POLICY: &str = "warmpath-prefix";
 
-/// Labels of systems that are not warmpath: the real peers (SMG, the older SGLang gateway,
-/// llm-d's EPP) and, labelled as ours, re-implementations of their algorithms.
+/// Labels of systems that are not warmpath: the real peers (SMG 1.13 `smg-*`, the older SGLang
+/// gateway `sglang-*`, llm-d's EPP) and, labelled as ours, re-implementations of their algorithms.
 pub(crate) fn is_peer(label: &str) -> bool {
     ["smg-", "sglang-", "llm-d", "dynamo", "vllm-router"]
         .iter()
