@@ -33,19 +33,19 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## The side-by-side comparison on a simulator fleet (warmpath policies, the SGLang gateway, and the
+## The side-by-side comparison on a simulator fleet (warmpath policies, SMG 1.13, and the
 ## data-path suite against nginx); writes bench/results/*.json and regenerates BENCHMARKS.md.
 bench:
 	bash bench/compare.sh
 
 ## The long version, the whole report from one commit (about 125 minutes on 2 cores; see
-## bench/full.sh): the SGLang gateway tuned on held-out seeds, 5 scored seeds per point, every
+## bench/full.sh): SMG's balance thresholds tuned on held-out seeds, 5 scored seeds per point, every
 ## system including the peers' algorithms, a section where the cache binds, the idle plumbing,
 ## the sensitivity runs and a mixed fleet, three real vLLM engines, guidellm.
 bench-full:
 	bash bench/full.sh
 
-## The prefill/decode split against unified serving and the SGLang gateway's PD mode (about 25
+## The prefill/decode split against unified serving and SMG's PD mode (about 25
 ## minutes).
 bench-pd:
 	bash bench/pd.sh
@@ -54,7 +54,7 @@ bench-pd:
 bench-sensitivity:
 	bash bench/sensitivity.sh
 
-## Data-path comparison only (needs nginx-light, wrk, sglang-router).
+## Data-path comparison only (needs nginx-light, wrk; installs SMG when missing).
 bench-datapath:
 	bash bench/datapath.sh
 
