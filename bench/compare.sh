@@ -36,7 +36,7 @@
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 # For the llm-d systems (llm-d: its shipped profile; llm-d-precise: KV events, real vLLM only):
 # EPP_BIN (llm-d's EPP, built by hand from the pinned commit, ../shared/peers/README.md) and
-# GATEWAY_BIN (default BIN/warmpath-extproc-gateway: cargo build -p warmpath-extproc-gateway).
+# GATEWAY_BIN (default BIN/warmpath-extproc-gateway, which the build above makes).
 #
 # The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
 # shared cores: closed loop 10 s, open-loop points 8 s (each point's first second or two is the
@@ -139,7 +139,7 @@ length_text() {
 
 if [ -z "${BIN_DIR:-}" ]; then
   say "building warmpath-sim, warmpath-router, warmpath-bench ($PROFILE)"
-  cargo build "${BUILD[@]}" -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
+  cargo build "${BUILD[@]}" -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench -p warmpath-extproc-gateway
 fi
 
 mkdir -p "$RESULTS"
