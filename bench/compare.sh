@@ -18,7 +18,8 @@
 # starts from the same state. Every command that produced a number is appended to
 # bench/results/commands.txt, and the machine is described in bench/results/machine.txt.
 #
-# Knobs (environment): DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
+# Knobs (environment; SYSTEMS, OTHER_SYSTEMS and OTHER_WORKLOADS set but empty mean none):
+# DURATION (closed-loop runs), SWEEP_DURATION (each open-loop point),
 # RATES (open-loop offered req/s), CONCURRENCY, REPLICAS, KV_BLOCKS, PREFILL_US (simulated
 # prefill cost per uncached token), SYSTEMS (subset of labels), OTHER_WORKLOADS,
 # OTHER_SYSTEMS, SKIP_DATAPATH=1, SMG_DIR (default /work/peers/smg), SGLANG_DIR, PROFILE (release|debug), BIN_DIR, BASELINE_ROUTER (another
@@ -110,9 +111,9 @@ FRONT_PORT=${FRONT_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft smg-round-robin smg-prefix-hash smg-cache-aware"}
-OTHER_WORKLOADS=${OTHER_WORKLOADS:-"multi-turn agent long-doc no-sharing noisy-neighbour"}
-OTHER_SYSTEMS=${OTHER_SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft smg-cache-aware"}
+SYSTEMS=${SYSTEMS-"warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft smg-round-robin smg-prefix-hash smg-cache-aware"}
+OTHER_WORKLOADS=${OTHER_WORKLOADS-"multi-turn agent long-doc no-sharing noisy-neighbour"}
+OTHER_SYSTEMS=${OTHER_SYSTEMS-"warmpath-round-robin warmpath-prefix warmpath-predicted-ttft smg-cache-aware"}
 SWEEP_SYSTEMS=${SWEEP_SYSTEMS:-$SYSTEMS}
 # The plumbing alone: one request at a time, short prompts, no sharing, each system and the
 # engine reached directly (`direct`), so that what a router or gateway adds to an idle request's
