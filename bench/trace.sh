@@ -40,7 +40,8 @@ DEFAULT_SYSTEMS="warmpath-prefix warmpath-round-robin smg-cache-aware smg-round-
 TRACE_SYSTEMS=${TRACE_SYSTEMS:-$DEFAULT_SYSTEMS}
 
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/machine.txt "$RESULTS"/commands.txt
+# The report reads every *.md in the folder as a fragment: its own last version must go first.
+rm -f "$RESULTS"/machine.txt "$RESULTS"/commands*.txt "$REPORT"
 built=""
 for suite in $SUITES; do
   case $suite in
