@@ -171,7 +171,8 @@ else
     *" sglang-"*) echo "sglang-router: $("$SGLANG_DIR/venv/bin/python" -m pip show sglang-router 2>/dev/null | awk '/^Version/ {print $2}' || echo absent)" ;;
   esac
   echo "fleet: $FLEET_LINE"
-  echo "load: closed loop $CONCURRENCY in flight, $(length_text); open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
+  [ -n "$SYSTEMS" ] && echo "load: closed loop $CONCURRENCY in flight, $(length_text); open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
+  [ -n "$TRACE_SYSTEMS" ] && echo "trace: $TRACE_FILE, $TRACE_REQUESTS requests per run (the first $TRACE_WARMUP to complete left out), its times / $TRACE_TIME_SCALE, $TRACE_BLOCK_TOKENS tokens per 512-token block"
   echo "note: load generator, router or gateway, and all simulated replicas share these cores"
 } > "$RESULTS/machine.txt"
 fi

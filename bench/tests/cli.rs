@@ -340,3 +340,74 @@ fn bad_arguments_are_refused_with_a_reason() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+/// The README's benchmark block is what its committed results say: `headline --check`
+/// regenerates it from the result folders its marker names and fails on any difference.
+#[test]
+fn readme_benchmark_block_matches_the_committed_results() {
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let o = Command::new(env!("CARGO_BIN_EXE_warmpath-bench"))
+        .args(["headline", "--check", "--readme", readme])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `headline` rewrites only the block between its markers, and `--check` then passes; a block
+/// edited by hand fails it.
+#[test]
+fn headline_regenerates_its_block_and_check_catches_hand_edits() {
+    let dir = scratch("headline");
+    let results = dir.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    let sample = include_str!("data/result.json");
+    for (label, seed) in [
+        ("warmpath-prefix", 1),
+        ("warmpath-prefix", 2),
+        ("smg-cache-aware", 1),
+        ("smg-cache-aware", 2),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(sample).unwrap();
+        v["config"]["label"] = label.into();
+        v["config"]["seed"] = seed.into();
+        std::fs::write(results.join(format!("{label}-{seed}.json")), v.to_string()).unwrap();
+    }
+    let readme = dir.join("README.md");
+    std::fs::write(
+        &readme,
+        "# x\n\nbefore\n\n<!-- warmpath-bench headline --results results -->\nstale\n<!-- end of warmpath-bench headline -->\n\nafter\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_warmpath-bench");
+    let run = |check: bool| {
+        let mut c = Command::new(bin);
+        c.args(["headline", "--readme"]).arg(&readme);
+        if check {
+            c.arg("--check");
+        }
+        c.output().unwrap()
+    };
+    assert!(
+        !run(true).status.success(),
+        "a stale block must fail --check"
+    );
+    assert!(run(false).status.success());
+    let text = std::fs::read_to_string(&readme).unwrap();
+    assert!(
+        text.starts_with("# x\n\nbefore\n\n<!-- warmpath-bench headline --results results -->\n")
+    );
+    assert!(
+        text.ends_with("<!-- end of warmpath-bench headline -->\n\nafter\n"),
+        "{text}"
+    );
+    assert!(text.contains("| smg-cache-aware | 2 |"), "{text}");
+    assert!(!text.contains("stale"));
+    assert!(run(true).status.success());
+    std::fs::write(
+        &readme,
+        text.replace("| smg-cache-aware | 2 |", "| smg-cache-aware | 3 |"),
+    )
+    .unwrap();
+    assert!(!run(true).status.success(), "a hand edit must fail --check");
+    let _ = std::fs::remove_dir_all(&dir);
+}

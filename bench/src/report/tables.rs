@@ -302,9 +302,14 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
     let f = &section.fleet;
     let _ = writeln!(
         md,
-        "\nWorkload: `{w}`, {}. Prefix working set {} tokens = {:.2} × the fleet's KV cache \
+        "\nWorkload: `{w}`, {}. Prefix working set{} {} tokens = {:.2} × the fleet's KV cache \
          ({} × {} blocks × {} tokens){}.\n",
         seeds_text(&section.seeds()),
+        if matches!(section.spec, crate::workload::WorkloadSpec::Trace(_)) {
+            " (blocks reused anywhere in the trace file, not only in a run's window)"
+        } else {
+            ""
+        },
         section.spec.prefix_working_set(),
         section.working_set(),
         f.replicas,
@@ -327,7 +332,11 @@ pub(crate) fn workload_section(section: &Section<'_>) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(md, "Closed loop, {c} requests in flight{counted}:\n");
+        let load = match closed[0].load() {
+            LoadMode::Trace => "Replayed at the trace's own arrival times".to_owned(),
+            _ => format!("Closed loop, {c} requests in flight"),
+        };
+        let _ = writeln!(md, "{load}{counted}:\n");
         md.push_str("| run | seeds | ok | errors | req/s | out tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | E2E p90 ms | hit rate | Belady | LRU, perfect placement | infinite | hit / Belady |\n");
         md.push_str(
             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
