@@ -236,6 +236,22 @@ wait_kv_following() { # k
   done
 }
 
+# The K-th gateway of a peer's row, started from the command given and added to start_front's
+# upstream list; wait_gateways N waits until all N answer their health check.
+start_gateway() { # k cmd...
+  local k=$1; shift
+  note_cmd "$*"
+  "$@" >"$WORK/front-$k.log" 2>&1 &
+  FRONT_PIDS+=($!); started_pid $!
+  upstream+=("127.0.0.1:$((ROUTER_PORT + k))")
+}
+wait_gateways() { # n
+  local k
+  for k in $(seq 0 $(($1 - 1))); do
+    wait_http "http://127.0.0.1:$((ROUTER_PORT + k))/health" 90 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
+  done
+}
+
 start_front() { # system seed
   local system=$1 kind=${1%-*} n=${1##*-} k upstream=()
   case $system in
@@ -271,15 +287,9 @@ start_front() { # system seed
       local urls=() i
       for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(engine_url "$i")"); done
       for k in $(seq 0 $((n - 1))); do
-        local cmd=(bash "$PEERS/smg.sh" serve "$SMG_DIR" $((ROUTER_PORT + k)) "$policy" "${urls[@]}" -- "${flags[@]}")
-        note_cmd "${cmd[*]}"
-        "${cmd[@]}" >"$WORK/front-$k.log" 2>&1 &
-        FRONT_PIDS+=($!); started_pid $!
-        upstream+=("127.0.0.1:$((ROUTER_PORT + k))")
+        start_gateway "$k" bash "$PEERS/smg.sh" serve "$SMG_DIR" $((ROUTER_PORT + k)) "$policy" "${urls[@]}" -- "${flags[@]}"
       done
-      for k in $(seq 0 $((n - 1))); do
-        wait_http "http://127.0.0.1:$((ROUTER_PORT + k))/health" 90 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
-      done
+      wait_gateways "$n" || return 1
       ;;
     sglang-*)  # sglang-K and sglang-key-K
       # shellcheck disable=SC2206
@@ -289,18 +299,11 @@ start_front() { # system seed
       local urls=() i
       for i in $(seq 0 $((REPLICAS - 1))); do urls+=("$(engine_url "$i")"); done
       for k in $(seq 0 $((n - 1))); do
-        # shellcheck disable=SC2086
-        local cmd=("$SGLANG_DIR/venv/bin/python" -m sglang_router.launch_router --host 127.0.0.1
-          --port $((ROUTER_PORT + k)) --prometheus-port $((ROUTER_PORT + 1000 + k)) "${policy[@]}"
-          --log-level warn --worker-urls "${urls[@]}")
-        note_cmd "${cmd[*]}"
-        "${cmd[@]}" >"$WORK/front-$k.log" 2>&1 &
-        FRONT_PIDS+=($!); started_pid $!
-        upstream+=("127.0.0.1:$((ROUTER_PORT + k))")
+        start_gateway "$k" "$SGLANG_DIR/venv/bin/python" -m sglang_router.launch_router --host 127.0.0.1 \
+          --port $((ROUTER_PORT + k)) --prometheus-port $((ROUTER_PORT + 1000 + k)) "${policy[@]}" \
+          --log-level warn --worker-urls "${urls[@]}"
       done
-      for k in $(seq 0 $((n - 1))); do
-        wait_http "http://127.0.0.1:$((ROUTER_PORT + k))/health" 90 || { tail -20 "$WORK/front-$k.log" >&2; return 1; }
-      done
+      wait_gateways "$n" || return 1
       ;;
     *) echo "unknown system $system" >&2; return 1 ;;
   esac

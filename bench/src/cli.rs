@@ -367,17 +367,14 @@ impl WorkloadArgs {
             }
             t.max_input_tokens = Some(m);
         }
-        let others = [
-            ("working-set", self.working_set.is_some()),
-            ("zipf", self.zipf.is_some()),
-            ("output-tokens", self.output_tokens.is_some()),
-        ];
-        if let Some((flag, _)) = others.iter().find(|(_, g)| *g) {
-            return Err(CliError::NotApplicable {
-                flag,
-                workload: "trace",
-            });
-        }
+        refuse_given(
+            &[
+                ("working-set", self.working_set.is_some()),
+                ("zipf", self.zipf.is_some()),
+                ("output-tokens", self.output_tokens.is_some()),
+            ],
+            "trace",
+        )?;
         Ok(WorkloadSpec::Trace(t))
     }
 
@@ -405,19 +402,16 @@ impl WorkloadArgs {
         let mut spec = WorkloadSpec::sized_for(&self.workload, &self.fleet(), working_set)
             .ok_or_else(|| CliError::UnknownWorkload(self.workload.clone()))?;
         let name = spec.name();
-        let trace_flags = [
-            ("trace", self.trace.is_some()),
-            ("trace-block-tokens", self.trace_block_tokens.is_some()),
-            ("time-scale", self.time_scale.is_some()),
-            ("trace-start", self.trace_start.is_some()),
-            ("max-input-tokens", self.max_input_tokens.is_some()),
-        ];
-        if let Some((flag, _)) = trace_flags.iter().find(|(_, g)| *g) {
-            return Err(CliError::NotApplicable {
-                flag,
-                workload: name,
-            });
-        }
+        refuse_given(
+            &[
+                ("trace", self.trace.is_some()),
+                ("trace-block-tokens", self.trace_block_tokens.is_some()),
+                ("time-scale", self.time_scale.is_some()),
+                ("trace-start", self.trace_start.is_some()),
+                ("max-input-tokens", self.max_input_tokens.is_some()),
+            ],
+            name,
+        )?;
         // Every given flag must land somewhere; one that does not apply is an error rather
         // than silently ignored.
         let mut used: Vec<&'static str> = Vec::new();
@@ -566,6 +560,14 @@ impl WorkloadArgs {
             });
         }
         Ok(spec)
+    }
+}
+
+/// Refuses the first of `flags` that was given (name, given) as not applying to `workload`.
+fn refuse_given(flags: &[(&'static str, bool)], workload: &'static str) -> Result<(), CliError> {
+    match flags.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(CliError::NotApplicable { flag, workload }),
+        None => Ok(()),
     }
 }
 
