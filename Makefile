@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-sensitivity bench-pd bench-datapath bench-routing
+.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-trace bench-sensitivity bench-pd bench-datapath bench-routing
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -49,6 +49,13 @@ bench-full:
 ## minutes).
 bench-pd:
 	bash bench/pd.sh
+
+## The Mooncake conversation trace (TRACE_FILE) through warmpath, SMG 1.13 and llm-d's EPP (EPP_BIN,
+## built by hand: bench/llm-d/README.md), 10 scored seeds where the cache binds and where it fits
+## (about 35 minutes); results in bench/results-trace, the README's block from them.
+bench-trace:
+	bash bench/trace.sh
+	target/release/warmpath-bench headline --readme README.md
 
 ## The sensitivity runs alone (about 25 minutes).
 bench-sensitivity:
