@@ -121,6 +121,29 @@ async fn shared_prefix_spreads_at_high_load_weighted_sum() {
     spread("prefix", 2).await;
 }
 
+/// `round_robin` rotates: any 4 requests in a row over 4 replicas reach each once (a uniform
+/// random pick, which it once was, gives an exact split in 1 of 10.7 tries per four).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_rotates_through_the_replicas() {
+    let s = Setup::new(&["--replicas", "4"], "scheduling:\n  policy: round_robin\n").await;
+    let mut order = Vec::new();
+    for i in 0..12 {
+        let r = post(
+            s.router.addr,
+            "/v1/completions",
+            &completion(&text(500 + i, 64), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        order.push(r.replica());
+    }
+    for four in order.windows(4) {
+        let distinct: std::collections::HashSet<_> = four.iter().collect();
+        assert_eq!(distinct.len(), 4, "not a rotation: {order:?}");
+    }
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_replica_stops_getting_traffic() {
     let sim = sim(&["--replicas", "3"]).await;

@@ -13,8 +13,6 @@ use crate::request::{Endpoint, RequestFeatures};
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
 use crate::tenants::Tenant;
-use rand_xoshiro::rand_core::{RngCore, SeedableRng};
-use rand_xoshiro::SplitMix64;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -89,11 +87,9 @@ impl Core {
         }
     }
 
+    /// A counter from a random start, as the proxy's (`api::choose`): `round_robin` rotates.
     fn next_seed(&self) -> u64 {
-        let at = self
-            .seed
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-        SplitMix64::seed_from_u64(at).next_u64()
+        self.seed.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The proxy's parse stage and identity check, on the body the Gateway buffered.
