@@ -66,7 +66,6 @@ SMG_QUEUE=${SMG_QUEUE:-$SGLANG_QUEUE}   # the gateway queue's length (smg-queue,
 SIM_PORT=${SIM_PORT:-18601}
 FRONT_PORT=${FRONT_PORT:-18680}
 ADMIN_PORT=${ADMIN_PORT:-18690}
-SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 # Release builds go to their own target folder (fat LTO; kept apart from the debug builds).
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-flowbench}

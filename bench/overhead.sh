@@ -23,7 +23,6 @@ RESULTS=${RESULTS:-bench/results-overhead}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-120}
 WARMUP=${WARMUP:-20}
-SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 NGINX=${NGINX:-nginx}
 SIM_PORT=${SIM_PORT:-18401}

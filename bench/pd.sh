@@ -42,7 +42,6 @@ SIM_PORT=${SIM_PORT:-18501}
 BOOTSTRAP_PORT=${BOOTSTRAP_PORT:-19501}
 FRONT_PORT=${FRONT_PORT:-18580}
 ADMIN_PORT=${ADMIN_PORT:-18590}
-SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 BIN=${BIN_DIR:-target/release}
 for t in $THRESHOLDS; do SYSTEMS="$SYSTEMS pd-nixl-$t"; done

@@ -34,7 +34,6 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
 VLLM_DIR=${VLLM_DIR:-/work/peers/vllm}
-SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 ENGINES=${ENGINES:-3}

@@ -81,7 +81,6 @@ FRONT_PORT=${FRONT_PORT:-18780}
 ROUTER_PORT=${ROUTER_PORT:-18781}
 ADMIN_PORT=${ADMIN_PORT:-18791}
 PEER_PORT=${PEER_PORT:-18761}
-SMG_DIR=${SMG_DIR:-/work/peers/smg}
 SMG_ARGS=${SMG_ARGS:-$(cat bench/results/smg-tuned-args 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 SGLANG_DIR=${SGLANG_DIR:-/work/peers/sglang}
 SGLANG_ARGS=${SGLANG_ARGS:-$(cat bench/results/sglang-tuned-args 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}

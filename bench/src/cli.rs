@@ -384,14 +384,16 @@ impl WorkloadArgs {
         if self.workload == "trace" {
             return self.trace_spec(window);
         }
-        self.spec()
+        self.generated_spec()
     }
 
-    /// The workload with the fleet's defaults and the given overrides.
+    /// The workload with the fleet's defaults and the given overrides (a trace: all of it).
     pub fn spec(&self) -> Result<WorkloadSpec, CliError> {
-        if self.workload == "trace" {
-            return self.trace_spec(None);
-        }
+        self.spec_for(None)
+    }
+
+    /// A generated workload (every one but the trace), sized for the fleet, with the overrides.
+    fn generated_spec(&self) -> Result<WorkloadSpec, CliError> {
         let working_set = self.working_set.unwrap_or(DEFAULT_WORKING_SET);
         if !(working_set > 0.0 && working_set.is_finite()) {
             return Err(CliError::Invalid("--working-set must be positive".into()));

@@ -59,6 +59,19 @@ impl<'a> Point<'a> {
         Estimate::of(&values)
     }
 
+    /// `value(mine, theirs)` for every seed both points ran (the same seed is the same requests,
+    /// so each value pairs like with like), where it is `Some`.
+    pub fn paired(
+        &self,
+        other: &Point<'_>,
+        value: impl Fn(&Loaded, &Loaded) -> Option<f64>,
+    ) -> Vec<f64> {
+        self.runs
+            .iter()
+            .filter_map(|x| value(x, other.by_seed(x.result.config.seed)?))
+            .collect()
+    }
+
     /// Σ over seeds.
     pub fn total(&self, figure: impl Fn(&Loaded) -> u64) -> u64 {
         self.runs.iter().map(|r| figure(r)).sum()

@@ -106,17 +106,13 @@ fn paired_ratios(
     figure: impl Fn(&Loaded) -> Option<f64>,
     both: impl Fn(&Loaded, &Loaded) -> bool,
 ) -> Vec<f64> {
-    a.runs
-        .iter()
-        .filter_map(|x| {
-            let y = b.by_seed(x.result.config.seed)?;
-            if !both(x, y) {
-                return None;
-            }
-            let (fx, fy) = (figure(x)?, figure(y)?);
-            (fy > 0.0).then(|| fx / fy)
-        })
-        .collect()
+    a.paired(b, |x, y| {
+        if !both(x, y) {
+            return None;
+        }
+        let (fx, fy) = (figure(x)?, figure(y)?);
+        (fy > 0.0).then(|| fx / fy)
+    })
 }
 
 pub(crate) fn section(sections: &[Section<'_>]) -> String {

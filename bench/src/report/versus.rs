@@ -98,14 +98,7 @@ fn figure(
             (b > 0.0).then(|| a / b)
         }
     };
-    let values: Vec<f64> = ours
-        .runs
-        .iter()
-        .filter_map(|x| {
-            let y = peer.by_seed(x.result.config.seed)?;
-            combine(of(x)?, of(y)?)
-        })
-        .collect();
+    let values = ours.paired(peer, |x, y| combine(of(x)?, of(y)?));
     let of_medians = ours
         .estimate(of)
         .zip(peer.estimate(of))
