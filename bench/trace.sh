@@ -29,19 +29,13 @@ SEEDS=${SEEDS:-"21 22 23 24 25 26 27 28 29 30"}
 KV_BLOCKS_BINDING=${KV_BLOCKS_BINDING:-1024}
 KV_BLOCKS_FITS=${KV_BLOCKS_FITS:-4096}
 SUITES=${SUITES:-"binding fits"}
-# 1,000 requests of the trace (about 330 s of it, 16 s at 20×: about 73 req/s offered on the
-# fleet, TTFT p90 near 0.1 s for warmpath's default, so load and cache both matter), the first
-# 200 to complete left out of latencies and throughput.
-TRACE_REQUESTS=${TRACE_REQUESTS:-1000}
-TRACE_WARMUP=${TRACE_WARMUP:-200}
-TRACE_TIME_SCALE=${TRACE_TIME_SCALE:-20}
+# The trace's window, warm-up and speed: compare.sh's TRACE_* knobs and defaults (inherited).
 DEFAULT_SYSTEMS="warmpath-prefix warmpath-round-robin smg-cache-aware smg-round-robin"
 [ -n "${EPP_BIN:-}" ] && DEFAULT_SYSTEMS="$DEFAULT_SYSTEMS llm-d"
 TRACE_SYSTEMS=${TRACE_SYSTEMS:-$DEFAULT_SYSTEMS}
 
 mkdir -p "$RESULTS"
-# The report reads every *.md in the folder as a fragment: its own last version must go first.
-rm -f "$RESULTS"/machine.txt "$RESULTS"/commands*.txt "$REPORT"
+rm -f "$RESULTS"/machine.txt "$RESULTS"/commands*.txt
 built=""
 for suite in $SUITES; do
   case $suite in
@@ -52,8 +46,7 @@ for suite in $SUITES; do
   # The first suite builds the binaries; the others reuse them (same commit, same build).
   env SUITE="trace-$suite" KV_BLOCKS="$kv" SEEDS="$SEEDS" RESULTS="$RESULTS" SKIP_REPORT=1 \
     SKIP_DATAPATH=1 SYSTEMS="" OTHER_SYSTEMS="" BINDING_SYSTEMS="" IDLE_SYSTEMS="" \
-    TRACE_SYSTEMS="$TRACE_SYSTEMS" TRACE_FILE="$TRACE_FILE" TRACE_REQUESTS="$TRACE_REQUESTS" \
-    TRACE_WARMUP="$TRACE_WARMUP" TRACE_TIME_SCALE="$TRACE_TIME_SCALE" ${built:+BIN_DIR=target/release} \
+    TRACE_SYSTEMS="$TRACE_SYSTEMS" TRACE_FILE="$TRACE_FILE" ${built:+BIN_DIR=target/release} \
     bash bench/compare.sh
   built=1
 done

@@ -192,6 +192,12 @@ async fn run_then_report() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&md).unwrap();
     assert!(text.contains("come from 2 commits"), "{text}");
+    // Written into the results folder a second time, the report did not read its first self.
+    assert_eq!(
+        text.matches("# warmpath benchmarks\n").count(),
+        1,
+        "the report took itself for a fragment: {text}"
+    );
     // A result file of a schema this build does not know: a clear error naming it.
     other["schema"] = 99.into();
     std::fs::write(dir.join("other.json"), other.to_string()).unwrap();

@@ -274,6 +274,9 @@ pub fn write_report(
             md.push_str(&format!("![{title}]({})\n\n", rel.join(&file).display()));
         }
     }
+    // The report itself may be written into the results folder: it is no fragment of itself
+    // (read as one, each regeneration would hold the last one whole).
+    let this = std::fs::canonicalize(out).ok();
     let mut fragments: Vec<PathBuf> = std::fs::read_dir(results_dir)
         .map_err(|source| ReportError::Read {
             path: results_dir.to_owned(),
@@ -281,6 +284,7 @@ pub fn write_report(
         })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .filter(|p| this.is_none() || std::fs::canonicalize(p).ok() != this)
         .collect();
     fragments.sort();
     for f in fragments {
