@@ -370,6 +370,7 @@ fn run(scenario: Scenario) -> Outcome {
                         matched_blocks: matched[i],
                         pending_prefill_tokens: r.pending_prefill,
                         inflight_uncached_tokens: r.inflight_uncached,
+                        room: None,
                         ttft: &r.model,
                     })
                     .collect();

@@ -68,6 +68,7 @@ impl Router {
                 matched_blocks: self.matched[i],
                 pending_prefill_tokens: 0,
                 inflight_uncached_tokens: 0,
+                room: None,
                 ttft: &self.models[i],
             })
             .collect();

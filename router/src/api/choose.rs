@@ -186,11 +186,22 @@ pub fn choose_among(
                 };
             }
         }
+        // The index forgets about when the engine does: no more blocks than its KV cache holds.
+        let capacity = |c: &Candidate| {
+            c.replica
+                .kv_capacity_tokens()
+                .map(|t| t.div_ceil(u64::from(tokens_per_block.max(1))) as usize)
+        };
+        let rooms: Vec<_> = ready
+            .iter()
+            .map(|c| index.room(c.replica.id, capacity(c)))
+            .collect();
         let views: Vec<ReplicaView<'_>> = ready
             .iter()
             .zip(&models)
             .zip(&matched)
-            .map(|((c, ttft), &matched_blocks)| ReplicaView {
+            .zip(&rooms)
+            .map(|(((c, ttft), &matched_blocks), &room)| ReplicaView {
                 id: c.replica.id,
                 key: c.replica.key,
                 inflight_requests: c.replica.inflight_requests(),
@@ -199,6 +210,7 @@ pub fn choose_among(
                 matched_blocks,
                 pending_prefill_tokens: c.replica.pending_prefill_tokens(),
                 inflight_uncached_tokens: c.replica.inflight_uncached_tokens(),
+                room: Some(room),
                 ttft,
             })
             .collect();
@@ -255,12 +267,6 @@ pub fn choose_among(
             }
             result
         });
-        // The index forgets about when the engine does: no more blocks than its KV cache holds.
-        let capacity = ready[decision.index]
-            .replica
-            .kv_capacity_tokens()
-            .map(|t| t.div_ceil(u64::from(tokens_per_block.max(1))) as usize);
-        index.set_replica_capacity(decision.replica, capacity);
         index.on_routed(decision.replica, hashes);
         let pending = precise.is_some().then(|| {
             let id = index.pending().insert(decision.replica, hashes, now);

@@ -4,7 +4,8 @@
 
 use std::time::Instant;
 use warmpath_routing::index::{
-    ApproxIndex, IndexLimits, IndexStats, PendingId, PendingIndex, PendingLimits, PrefixIndex,
+    ApproxIndex, CacheRoom, IndexLimits, IndexStats, PendingId, PendingIndex, PendingLimits,
+    PrefixIndex,
 };
 use warmpath_routing::{BlockHash, ReplicaId};
 
@@ -38,6 +39,13 @@ impl RouterIndex {
     /// Bound `replica`'s entries by its engine's KV capacity (in index blocks).
     pub fn set_replica_capacity(&mut self, replica: ReplicaId, entries: Option<usize>) {
         self.approx.set_replica_capacity(replica, entries)
+    }
+
+    /// What `replica`'s cache can take before it evicts, bounded by its engine's KV capacity
+    /// (in index blocks, when known; applied first, as [`RouterIndex::set_replica_capacity`]).
+    pub fn room(&mut self, replica: ReplicaId, entries: Option<usize>) -> CacheRoom {
+        self.approx.set_replica_capacity(replica, entries);
+        self.approx.room(replica)
     }
 
     /// The blocks routed to replicas whose engines have not yet reported them.

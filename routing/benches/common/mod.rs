@@ -161,6 +161,7 @@ impl Fleet {
                 matched_blocks: self.matched[i],
                 pending_prefill_tokens: u64::from(self.inflight[i]) * 1024,
                 inflight_uncached_tokens: u64::from(self.inflight[i]) * 1024,
+                room: None,
                 ttft: &self.models[i],
             })
             .collect();

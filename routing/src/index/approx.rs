@@ -18,7 +18,7 @@
 //! `n × candidates`.
 //!
 //! # Memory accounting
-//! Each (replica, block) entry is charged [`ENTRY_BYTES`]: its LRU node (16 B), its holder record
+//! Each (replica, block) entry is charged [`ENTRY_BYTES`]: its LRU node (20 B), its holder record
 //! (8 B), a whole map slot (at the table's 7/8 maximum load) and 10 B towards a shared block's
 //! holder-list overhead (see `SHARE_BYTES`). The map slot is shared by all holders of a
 //! block, so charging it to every entry over-estimates when blocks are shared, never
@@ -30,7 +30,7 @@
 use super::block_key::BlockKey;
 use super::holders::{and, Bits, Holder, Holders, SHARE_BYTES, WORDS};
 use super::lru::{Node, ReplicaLru, NIL};
-use super::{IndexLimits, IndexStats, PrefixIndex, INLINE_REPLICAS};
+use super::{CacheRoom, IndexLimits, IndexStats, PrefixIndex, INLINE_REPLICAS};
 use crate::{BlockHash, ReplicaId};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -42,7 +42,7 @@ pub const ENTRY_BYTES: usize =
     size_of::<Node>() + size_of::<Holder>() + SLOT_BYTES.div_ceil(7) * 8 + SHARE_BYTES;
 
 // The estimate above is only as good as these layouts; keep them from growing unnoticed.
-const _: () = assert!(size_of::<Node>() == 16);
+const _: () = assert!(size_of::<Node>() == 20);
 const _: () = assert!(size_of::<Holders>() <= 24);
 
 type HolderMap = HashMap<BlockHash, Holders, BlockKey>;
@@ -67,6 +67,8 @@ pub struct ApproxIndex {
     caps: HashMap<ReplicaId, usize>,
     entries: usize,
     evictions: u64,
+    /// Counts [`PrefixIndex::on_routed`] calls (wrapping): the time of the LRU nodes' last use.
+    clock: u32,
 }
 
 impl ApproxIndex {
@@ -78,6 +80,27 @@ impl ApproxIndex {
             caps: HashMap::new(),
             entries: 0,
             evictions: 0,
+            clock: 0,
+        }
+    }
+
+    /// What a new prompt routed to `replica` would displace there: the blocks it may add
+    /// before the replica's bound evicts anything, and how long ago (in routings) the block
+    /// it would evict first was last used. A replica the index holds nothing for has its
+    /// whole bound free.
+    pub fn room(&self, replica: ReplicaId) -> CacheRoom {
+        let cap = self.cap_of(replica);
+        let Some(lru) = self.replicas.get(&replica) else {
+            return CacheRoom {
+                free_blocks: cap.min(u32::MAX as usize) as u32,
+                idle_routings: u32::MAX,
+            };
+        };
+        CacheRoom {
+            free_blocks: cap.saturating_sub(lru.len).min(u32::MAX as usize) as u32,
+            idle_routings: lru
+                .oldest_use()
+                .map_or(u32::MAX, |used| self.clock.wrapping_sub(used)),
         }
     }
 
@@ -136,8 +159,8 @@ impl ApproxIndex {
         }
         // Compact so the slab's memory goes back too, re-pointing the holders' slots.
         let mut fresh = ReplicaLru::new();
-        for hash in lru.oldest_first() {
-            let slot = fresh.push_front(hash, cap);
+        for (hash, used) in lru.oldest_first() {
+            let slot = fresh.push_front(hash, used, cap);
             if let Some(h) = self.holders.get_mut(&hash) {
                 h.set_node(id, slot);
             }
@@ -294,10 +317,12 @@ impl PrefixIndex for ApproxIndex {
         // evicts a finished request's last blocks first), so that a giant prompt, which the
         // engine may well refuse, cannot flush everything else the replica is known to hold.
         let hashes = &hashes[..hashes.len().min(cap.div_ceil(2))];
+        self.clock = self.clock.wrapping_add(1);
+        let now = self.clock;
         let lru = self.replicas.entry(replica).or_default();
         for &hash in hashes.iter().rev() {
             if let Some(node) = self.holders.get(&hash).and_then(|h| h.node_of(replica)) {
-                lru.touch(node);
+                lru.touch(node, now);
                 continue;
             }
             if lru.len >= cap {
@@ -307,7 +332,7 @@ impl PrefixIndex for ApproxIndex {
                     self.evictions += 1;
                 }
             }
-            let node = lru.push_front(hash, cap);
+            let node = lru.push_front(hash, now, cap);
             match self.holders.entry(hash) {
                 Entry::Occupied(mut e) => e.get_mut().insert(replica, node),
                 Entry::Vacant(e) => {
@@ -321,7 +346,7 @@ impl PrefixIndex for ApproxIndex {
     fn remove_replica(&mut self, replica: ReplicaId) {
         self.caps.remove(&replica);
         if let Some(lru) = self.replicas.remove(&replica) {
-            for hash in lru.oldest_first() {
+            for (hash, _) in lru.oldest_first() {
                 forget(&mut self.holders, hash, replica);
             }
             self.entries -= lru.len;

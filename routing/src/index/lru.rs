@@ -1,17 +1,37 @@
 //! One replica's blocks in recency order, so that the bound evicts the least recently routed
-//! block first. A slab of nodes linked by index, not pointers: 16 bytes a node, no allocation
-//! per block, and the node's slot is what the block map stores to find it again.
+//! block first. A slab of nodes linked by index, not pointers: 20 bytes a node, no allocation
+//! per block, and the node's slot is what the block map stores to find it again. Each node
+//! keeps the index's clock at its last use, so that the age of what a replica would evict
+//! next is one read (the scheduler places new prefixes where that is oldest).
 
 use crate::BlockHash;
 use std::mem::size_of;
 
 pub(super) const NIL: u32 = u32::MAX;
 
+/// The hash is kept as two halves so that the node aligns to 4 bytes: 20 bytes, not 24.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Node {
-    hash: BlockHash,
+    hash: [u32; 2],
     prev: u32,
     next: u32,
+    /// The index's clock when the block was last routed to this replica.
+    used: u32,
+}
+
+impl Node {
+    fn new(hash: BlockHash, used: u32) -> Self {
+        Self {
+            hash: [hash as u32, (hash >> 32) as u32],
+            prev: NIL,
+            next: NIL,
+            used,
+        }
+    }
+
+    fn hash(&self) -> BlockHash {
+        u64::from(self.hash[0]) | (u64::from(self.hash[1]) << 32)
+    }
 }
 
 /// One replica's LRU of block hashes (the hash → node lookup lives in the shared map).
@@ -65,7 +85,8 @@ impl ReplicaLru {
         self.head = i;
     }
 
-    pub(super) fn touch(&mut self, i: u32) {
+    pub(super) fn touch(&mut self, i: u32, now: u32) {
+        self.nodes[i as usize].used = now;
         if self.head != i {
             self.unlink(i);
             self.link_front(i);
@@ -81,17 +102,19 @@ impl ReplicaLru {
         self.unlink(i);
         self.free.push(i);
         self.len -= 1;
-        Some(self.nodes[i as usize].hash)
+        Some(self.nodes[i as usize].hash())
     }
 
-    /// Insert a hash (known absent) as most recently used; returns its slot. `cap` bounds the
-    /// slab's growth so that its spare capacity stays within the replica's bound.
-    pub(super) fn push_front(&mut self, hash: BlockHash, cap: usize) -> u32 {
-        let node = Node {
-            hash,
-            prev: NIL,
-            next: NIL,
-        };
+    /// The clock at the last use of the least recently used block; `None` when empty.
+    pub(super) fn oldest_use(&self) -> Option<u32> {
+        (self.tail != NIL).then(|| self.nodes[self.tail as usize].used)
+    }
+
+    /// Insert a hash (known absent) as most recently used, last used at clock `used`; returns
+    /// its slot. `cap` bounds the slab's growth so that its spare capacity stays within the
+    /// replica's bound.
+    pub(super) fn push_front(&mut self, hash: BlockHash, used: u32, cap: usize) -> u32 {
+        let node = Node::new(hash, used);
         let i = match self.free.pop() {
             Some(i) => {
                 self.nodes[i as usize] = node;
@@ -112,13 +135,14 @@ impl ReplicaLru {
         i
     }
 
-    /// Hashes from least to most recently used.
-    pub(super) fn oldest_first(&self) -> Vec<BlockHash> {
+    /// Hashes with their last use, from least to most recently used.
+    pub(super) fn oldest_first(&self) -> Vec<(BlockHash, u32)> {
         let mut order = Vec::with_capacity(self.len);
         let mut i = self.tail;
         while i != NIL {
-            order.push(self.nodes[i as usize].hash);
-            i = self.nodes[i as usize].prev;
+            let node = &self.nodes[i as usize];
+            order.push((node.hash(), node.used));
+            i = node.prev;
         }
         order
     }

@@ -36,6 +36,18 @@ pub struct IndexLimits {
     pub max_bytes_per_replica: usize,
 }
 
+/// How much a replica's cache can take before it evicts, and how cold what it would evict is
+/// ([`ApproxIndex::room`]): what the scheduler weighs when it places a new prefix, so that the
+/// fleet's caches evict as one cache would (the least recently used block of all of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRoom {
+    /// Blocks the replica can take before it evicts anything.
+    pub free_blocks: u32,
+    /// Routings (to any replica) since its least recently used block was last used:
+    /// `u32::MAX` when it holds nothing.
+    pub idle_routings: u32,
+}
+
 /// What the index holds now, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IndexStats {

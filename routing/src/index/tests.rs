@@ -359,3 +359,52 @@ proptest! {
         prop_assert!(got[1] as usize >= hashes.len().min(32));
     }
 }
+
+/// `room` tells the scheduler what a replica can take before it evicts, and how many routings
+/// ago its next victim was last used; a bound shrunk by compaction keeps those ages.
+#[test]
+fn room_reports_free_blocks_and_the_age_of_the_next_victim() {
+    use super::CacheRoom;
+    let mut ix = ApproxIndex::new(IndexLimits {
+        max_bytes_per_replica: 1000 * ENTRY_BYTES,
+    });
+    ix.set_replica_capacity(0, Some(10));
+    ix.set_replica_capacity(1, Some(10));
+    assert_eq!(
+        ix.room(0),
+        CacheRoom {
+            free_blocks: 10,
+            idle_routings: u32::MAX
+        }
+    );
+    ix.on_routed(0, &[1, 2, 3, 4]);
+    assert_eq!(ix.room(0).free_blocks, 6);
+    assert_eq!(ix.room(0).idle_routings, 0);
+    // Routings elsewhere age replica 0's blocks; a touch of all of them makes them new again.
+    ix.on_routed(1, &[7, 8]);
+    ix.on_routed(1, &[7, 8]);
+    assert_eq!(ix.room(0).idle_routings, 2);
+    assert_eq!(ix.room(1).idle_routings, 0);
+    ix.on_routed(0, &[5, 6, 7, 8, 9]);
+    assert_eq!(ix.room(0).free_blocks, 1);
+    assert_eq!(
+        ix.room(0).idle_routings,
+        3,
+        "blocks 1-4, routed three routings ago"
+    );
+    // Full: the next prompt evicts block 4, and the next victim is as old.
+    ix.on_routed(0, &[10, 11]);
+    assert_eq!(ix.room(0).free_blocks, 0);
+    assert!(!ix.contains(0, 4));
+    assert_eq!(ix.room(0).idle_routings, 4);
+    // Blocks 1-3 used again: the oldest left is block 9, from two routings ago.
+    ix.on_routed(0, &[1, 2, 3]);
+    assert_eq!(ix.room(0).idle_routings, 2);
+    // Shrinking compacts the replica's LRU and keeps when each block was last used: the
+    // four most recent stay (a prompt is recorded last block first), the oldest of them
+    // block 10, from one routing ago.
+    ix.set_replica_capacity(0, Some(4));
+    assert_eq!(ix.room(0).free_blocks, 0);
+    assert!(ix.contains(0, 10) && !ix.contains(0, 11));
+    assert_eq!(ix.room(0).idle_routings, 1);
+}

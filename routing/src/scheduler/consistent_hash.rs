@@ -184,6 +184,7 @@ mod tests {
                 matched_blocks: 0,
                 pending_prefill_tokens: 0,
                 inflight_uncached_tokens: 0,
+                room: None,
                 ttft: m,
             })
             .collect()

@@ -96,6 +96,7 @@ mod tests {
             matched_blocks: matched,
             pending_prefill_tokens: pending,
             inflight_uncached_tokens: active,
+            room: None,
             ttft: m,
         }
     }

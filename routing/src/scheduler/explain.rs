@@ -90,6 +90,7 @@ mod tests {
             matched_blocks: matched,
             pending_prefill_tokens: 0,
             inflight_uncached_tokens: 0,
+            room: None,
             ttft: &model,
         };
         let candidates = [view(0, 0, 2, 0.2), view(1, 8, 3, 0.6), view(2, 2, 0, 0.1)];

@@ -147,6 +147,7 @@ mod tests {
             matched_blocks: matched,
             pending_prefill_tokens: 0,
             inflight_uncached_tokens: 0,
+            room: None,
             ttft: m,
         }
     }

@@ -143,6 +143,7 @@ impl Scheduler {
                 let home = new_prefix_home(
                     self.config.placement.new_prefix_slack,
                     &scores,
+                    request,
                     candidates,
                     hashes,
                     pick,

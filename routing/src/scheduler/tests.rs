@@ -43,6 +43,7 @@ fn view(
         matched_blocks: matched,
         pending_prefill_tokens: 0,
         inflight_uncached_tokens: u64::from(inflight) * 1000,
+        room: None,
         ttft,
     }
 }
@@ -824,6 +825,7 @@ proptest::proptest! {
                 matched_blocks: matched,
                 pending_prefill_tokens: u64::from(inflight) * 50,
                 inflight_uncached_tokens: 0,
+                room: None,
                 ttft: &m,
             })
             .collect();
@@ -912,6 +914,61 @@ fn a_new_prefix_home_is_chosen_by_the_first_unmatched_block_among_the_warmest() 
     }
     // The shared blocks do not pile every prompt onto one replica.
     assert_eq!(homes.len(), 4);
+}
+
+/// Caches full everywhere: a new prefix displaces the fleet's coldest blocks (the replica whose
+/// least recently used block was used longest ago, or one nearly as cold), whatever its hash
+/// names among the rest; where some
+/// replica still has room for it, it evicts nothing and the hash chooses among those.
+#[test]
+fn a_new_prefix_goes_where_it_evicts_the_coldest_blocks_or_nothing() {
+    use crate::index::CacheRoom;
+    let m = TtftModel::default();
+    let s = sched(Policy::Prefix);
+    let room = |free_blocks, idle_routings| {
+        Some(CacheRoom {
+            free_blocks,
+            idle_routings,
+        })
+    };
+    let req = prompt(1024, 64);
+    let mut hashed = std::collections::BTreeSet::new();
+    let mut near = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let hashes = new_prompt(seed, 64);
+        // Full caches; replica 2's next victim is the coldest.
+        let mut cands: Vec<_> = (0..4).map(|i| view(i, 2, None, 0, &m)).collect();
+        for (c, idle) in cands.iter_mut().zip([40, 90, 300, 10]) {
+            c.room = room(0, idle);
+        }
+        let d = s.decide_with_hashes(&req, &hashes, &cands, seed).unwrap();
+        assert_eq!(d.replica, 2, "prompt {seed}: {d:?}");
+        // Two nearly as cold (within COLD_ENOUGH): the hash chooses between them.
+        cands[1].room = room(0, 260);
+        let d = s.decide_with_hashes(&req, &hashes, &cands, seed).unwrap();
+        assert!([1, 2].contains(&d.replica), "prompt {seed}: {d:?}");
+        near.insert(d.replica);
+        // Replicas 1 and 3 have room for all 64 new blocks, replica 0 for only 63: one of
+        // the two, by the hash.
+        cands[1].room = room(64, 5);
+        cands[3].room = room(500, u32::MAX);
+        cands[0].room = room(63, 1000);
+        let d = s.decide_with_hashes(&req, &hashes, &cands, seed).unwrap();
+        assert!([1, 3].contains(&d.replica), "prompt {seed}: {d:?}");
+        hashed.insert(d.replica);
+        // A replica beyond the load slack is not chosen for its cold victim.
+        let mut busy: Vec<_> = (0..2).map(|i| view(i, 0, None, 0, &m)).collect();
+        busy[0].room = room(0, 10);
+        busy[1] = view(1, 14, None, 0, &m);
+        busy[1].room = room(0, 1000);
+        let d = s.decide_with_hashes(&req, &hashes, &busy, seed).unwrap();
+        assert_eq!(d.replica, 0, "prompt {seed}: {d:?}");
+    }
+    assert_eq!(
+        hashed.len(),
+        2,
+        "the hash spreads prompts over both: {hashed:?}"
+    );
 }
 
 #[test]

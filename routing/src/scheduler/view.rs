@@ -2,6 +2,7 @@
 //! load signals derived from them. Stale or garbage engine metrics become *unknown* here, once,
 //! so that no scorer can mistake them for an idle replica.
 
+use crate::index::CacheRoom;
 use crate::predict::TtftModel;
 use crate::ReplicaId;
 
@@ -38,6 +39,9 @@ pub struct ReplicaView<'a> {
     /// by live requests counts once (only the first paid it), which is how Dynamo counts its
     /// active blocks.
     pub inflight_uncached_tokens: u64,
+    /// What the replica's cache can take before it evicts, and how cold its next victim is
+    /// (from the approximate index, bounded by the engine's KV capacity); `None`: unknown.
+    pub room: Option<CacheRoom>,
     pub ttft: &'a TtftModel,
 }
 

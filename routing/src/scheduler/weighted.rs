@@ -157,21 +157,37 @@ pub(super) fn best_score(scores: &[f64], rng: &mut TieBreak) -> usize {
     best.get().unwrap_or(0)
 }
 
-/// Where the new part of a prompt goes: when the pick is among the warmest candidates, the
-/// candidate among those as warm and scoring within `slack` of the pick that the prompt's
-/// first unmatched block names (highest random weight of that block's hash and the replica's
-/// stable key).
+/// A replica whose next victim was last used at least this share as long ago as the fleet's
+/// coldest is as good a home for a new prefix (tuning seeds 1-3 of the binding shared-prefix
+/// workload and 1-2 of multi-turn, agent and the trace).
+pub const COLD_ENOUGH: f64 = 0.75;
+
+/// Where the new part of a prompt goes: when the pick is among the warmest candidates, one of
+/// the candidates as warm and scoring within `slack` of the pick, chosen so that the fleet's
+/// caches together behave as one cache:
+/// - when some of them can take the new blocks without evicting anything, the one among those
+///   that the prompt's first unmatched block names (highest random weight of that block's hash
+///   and the replica's stable key);
+/// - when every one of them must evict, the hash's choice among those whose least recently
+///   used block was used nearly as long ago as the coldest one's (within [`COLD_ENOUGH`]):
+///   the new blocks displace the coldest blocks of the whole fleet, as one cache of the
+///   fleet's size with LRU eviction would, instead of whatever happens to be coldest on the
+///   replica a hash names (which, when one replica holds hot groups and another stale ones,
+///   evicts a hot group while a stale one stays);
+/// - when no candidate's room is known, the hash's choice among all of them.
 ///
-/// Two things follow. Routers that do not talk to each other agree on a new prefix's home
-/// (their load views differ a little, their hashes not at all), so N routers place a prefix
-/// group as one would, instead of each choosing its own least-loaded replica and duplicating
-/// the group N ways. And requests for a new prefix that arrive before the engine has reported
-/// its blocks follow each other; distinct new prefixes spread evenly over the fleet by their
-/// hashes, so its caches hold as many groups as they can. Load still rules beyond the slack
-/// (and the hot-spot guard after this). Negative or NaN `slack`: the pick stands.
+/// The hash choice is what lets routers that do not talk to each other agree on a new
+/// prefix's home (their load views differ a little, their hashes not at all), so that N
+/// routers place a prefix group as one would; and requests for a new prefix that arrive before
+/// the engine has reported its blocks follow each other; distinct new prefixes spread evenly
+/// over the fleet by their hashes while the caches have room. Once caches are full, the
+/// coldest-victim rule reads the index, which routers with `peers` share. Load still rules
+/// beyond the slack (and the hot-spot guard after this). Negative or NaN `slack`: the pick
+/// stands.
 pub(super) fn new_prefix_home(
     slack: f64,
     scores: &[f64],
+    request: &RequestView,
     candidates: &[ReplicaView<'_>],
     hashes: &[BlockHash],
     pick: usize,
@@ -189,17 +205,49 @@ pub(super) fn new_prefix_home(
     let Some(&block) = hashes.get(most as usize) else {
         return pick;
     };
+    let new_blocks = request.blocks.saturating_sub(most);
     let floor = pick_score - slack;
-    let mut home = (pick, rendezvous(block, p.key));
-    for (i, (c, &score)) in candidates.iter().zip(scores).enumerate() {
-        if c.matched_blocks == most && score >= floor {
-            let weight = rendezvous(block, c.key);
-            if weight > home.1 {
-                home = (i, weight);
-            }
+    let eligible = || {
+        candidates
+            .iter()
+            .zip(scores)
+            .enumerate()
+            .filter(move |(_, (c, &score))| c.matched_blocks == most && score >= floor)
+            .map(|(i, (c, _))| (i, c))
+    };
+    let fits = |c: &ReplicaView<'_>| c.room.is_none_or(|r| r.free_blocks >= new_blocks);
+    let must_evict = eligible().all(|(_, c)| !fits(c));
+    // Every eligible candidate's room is known (an unknown one fits). When all must evict, the
+    // ones whose next victim is nearly as cold as the coldest (within COLD_ENOUGH of its age)
+    // are equally good homes, and the hash chooses among them: a burst of new prefixes would
+    // otherwise all go to the one replica with the oldest block, each prefill behind the last.
+    let cold_enough = if must_evict {
+        let oldest = eligible()
+            .map(|(_, c)| c.room.map_or(0, |r| r.idle_routings))
+            .max()
+            .unwrap_or(0);
+        (f64::from(oldest) * COLD_ENOUGH) as u32
+    } else {
+        0
+    };
+    let usable = |c: &ReplicaView<'_>| {
+        if must_evict {
+            c.room.is_some_and(|r| r.idle_routings >= cold_enough)
+        } else {
+            fits(c)
+        }
+    };
+    let mut home: Option<(usize, u64)> = None;
+    for (i, c) in eligible() {
+        if !usable(c) {
+            continue;
+        }
+        let weight = rendezvous(block, c.key);
+        if home.is_none_or(|(_, w)| weight > w) {
+            home = Some((i, weight));
         }
     }
-    home.0
+    home.map_or(pick, |(i, _)| i)
 }
 
 /// A block's weight on a replica for highest-random-weight hashing (the SplitMix64 finaliser
