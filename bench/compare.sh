@@ -203,6 +203,7 @@ FRONT_URL="http://127.0.0.1:$FRONT_PORT"
 start_front() { # label
   local label=$1
   stop_front
+  wait_ports_free 20 "$FRONT_PORT" "$ADMIN_PORT"
   FRONT_URL="http://127.0.0.1:$FRONT_PORT"
   case $label in
     direct)
@@ -235,7 +236,7 @@ start_front() { # label
       [ "$SUITE" = sim ] && cp "$cfg" "$RESULTS/router-$policy.yaml"
       "$router_bin" --config "$cfg" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
-      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
+      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20 || { tail -5 "$WORK/front.log" >&2; return 1; }
       ;;
     sglang-cache-aware-tuned)
       # The shared script passes no extra flags: launch the same gateway with the thresholds.

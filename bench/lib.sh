@@ -12,6 +12,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Waits until nothing listens on the local TCP PORTs (a front just stopped may hold its port for a
+# moment; the next one would fail to bind it).
+wait_ports_free() { # seconds port...
+  local deadline=$((SECONDS + $1)) p; shift
+  for p in "$@"; do
+    while ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; do
+      if [ $SECONDS -ge $deadline ]; then echo "port $p is still in use" >&2; return 1; fi
+      sleep 0.2
+    done
+  done
+}
+
 wait_http() { # URL seconds
   local url=$1 deadline=$((SECONDS + $2))
   until curl -fsS -o /dev/null "$url" 2>/dev/null; do
