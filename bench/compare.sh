@@ -182,13 +182,23 @@ fi
 
 SIM_PID=""
 FRONT_PID=""
-start_sim() {
+launch_sim() {
   stop_sim
+  wait_ports_free 20 "$SIM_PORT"
   "$BIN/warmpath-sim" --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --kv-blocks "$KV_BLOCKS" \
     --block-size "$BLOCK_SIZE" "${SIM_FLAGS[@]}" --max-model-len 8192 \
     >"$WORK/sim.log" 2>&1 &
   SIM_PID=$!; PIDS+=("$SIM_PID")
-  for i in $(seq 0 $((REPLICAS - 1))); do wait_http "http://127.0.0.1:$((SIM_PORT + i))/health" 20; done
+  local i
+  for i in $(seq 0 $((REPLICAS - 1))); do wait_http "http://127.0.0.1:$((SIM_PORT + i))/health" 20 || return 1; done
+}
+# Tried once more when it does not come up, as start_front_retry below.
+start_sim() {
+  launch_sim && return 0
+  echo "the simulated fleet did not start; its log ends:" >&2
+  tail -5 "$WORK/sim.log" >&2 || true
+  sleep 3
+  launch_sim
 }
 stop_sim() {
   if [ -n "$SIM_PID" ]; then kill "$SIM_PID" 2>/dev/null || true; wait "$SIM_PID" 2>/dev/null || true; SIM_PID=""; fi
@@ -236,7 +246,7 @@ start_front() { # label
       [ "$SUITE" = sim ] && cp "$cfg" "$RESULTS/router-$policy.yaml"
       "$router_bin" --config "$cfg" >"$WORK/front.log" 2>&1 &
       FRONT_PID=$!; PIDS+=("$FRONT_PID")
-      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20 || { tail -5 "$WORK/front.log" >&2; return 1; }
+      wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 20
       ;;
     sglang-cache-aware-tuned)
       # The shared script passes no extra flags: launch the same gateway with the thresholds.
@@ -283,6 +293,17 @@ start_front() { # label
   esac
 }
 
+# A front that does not come up (a port not yet released, a gateway slow to start on a loaded
+# machine) is tried once more after its log's last lines are shown, so that one slow start does
+# not end a long run; a second failure does.
+start_front_retry() { # label
+  start_front "$1" && return 0
+  echo "$1 did not start; its log ends:" >&2
+  tail -5 "$WORK/front.log" >&2 || true
+  stop_front; sleep 3
+  start_front "$1"
+}
+
 have_system() { # label
   case $1 in
     baseline-*) [ -x "${BASELINE_ROUTER:-}" ] ;;
@@ -319,7 +340,7 @@ for label in $(shuffled "$SEED" $SYSTEMS); do
     continue
   fi
   say "$label: shared-prefix, closed loop (seed $SEED)"
-  start_sim; start_front "$label"
+  start_sim; start_front_retry "$label"
   # shellcheck disable=SC2046
   bench "$label" "$label-shared-prefix-closed" --workload shared-prefix --mode closed \
     --concurrency "$CONCURRENCY" $(length "$DURATION")
@@ -327,7 +348,7 @@ for label in $(shuffled "$SEED" $SYSTEMS); do
   say "$label: shared-prefix, open-loop sweep (seed $SEED)"
   for rate in $RATES; do
     # Cold caches at every point, so each point's hit rate is comparable with its oracle.
-    start_sim; start_front "$label"
+    start_sim; start_front_retry "$label"
     bench "$label" "$label-shared-prefix-open-$rate" --workload shared-prefix --mode open \
       --rate "$rate" --duration "$SWEEP_DURATION" --timeout "$SWEEP_TIMEOUT"
   done
@@ -337,7 +358,7 @@ done
 for label in $(shuffled "$SEED" $BINDING_SYSTEMS); do
   have_system "$label" || continue
   say "$label: shared-prefix where the cache binds (working set ${BINDING_WORKING_SET}x, zipf $BINDING_ZIPF, seed $SEED)"
-  start_sim; start_front "$label"
+  start_sim; start_front_retry "$label"
   # shellcheck disable=SC2046
   bench "$label" "$label-shared-prefix-binding-closed" --workload shared-prefix --mode closed \
     --concurrency "$CONCURRENCY" --working-set "$BINDING_WORKING_SET" --zipf "$BINDING_ZIPF" \
@@ -349,7 +370,7 @@ for label in $(shuffled "$SEED" $TRACE_SYSTEMS); do
   have_system "$label" || continue
   [ -f "$TRACE_FILE" ] || { echo "TRACE_SYSTEMS needs TRACE_FILE (a Mooncake-format trace)" >&2; exit 2; }
   say "$label: trace $(basename "$TRACE_FILE"), $TRACE_REQUESTS requests at its times / $TRACE_TIME_SCALE (seed $SEED)"
-  start_sim; start_front "$label"
+  start_sim; start_front_retry "$label"
   bench "$label" "$label-trace-$(basename "$TRACE_FILE" .jsonl)" --workload trace --mode trace \
     --trace "$TRACE_FILE" --trace-block-tokens "$TRACE_BLOCK_TOKENS" --time-scale "$TRACE_TIME_SCALE" \
     --requests "$TRACE_REQUESTS" --warmup "$TRACE_WARMUP" --timeout "$TRACE_TIMEOUT"
@@ -360,7 +381,7 @@ for label in $(shuffled "$SEED" $OTHER_SYSTEMS); do
   have_system "$label" || continue
   for w in $OTHER_WORKLOADS; do
     say "$label: $w, closed loop (seed $SEED)"
-    start_sim; start_front "$label"
+    start_sim; start_front_retry "$label"
     # shellcheck disable=SC2046
     bench "$label" "$label-$w-closed" --workload "$w" --mode closed --concurrency "$CONCURRENCY" \
       $(length "$OTHER_DURATION" "$OTHER_REQUESTS" "$OTHER_WARMUP")
@@ -372,7 +393,7 @@ if [ -n "$IDLE_SYSTEMS" ]; then
   for label in $(shuffled "$SEED" direct $IDLE_SYSTEMS); do
     have_system "$label" || continue
     say "$label: idle TTFT, one request at a time (seed $SEED)"
-    start_sim; start_front "$label"
+    start_sim; start_front_retry "$label"
     SUITE=sim-idle NAME_PREFIX=sim-idle- bench "$label" "$label" --workload no-sharing \
       --prompt-tokens 128 --output-tokens 8 --mode closed --concurrency 1 \
       --requests "$IDLE_REQUESTS" --warmup 20
