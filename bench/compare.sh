@@ -154,6 +154,8 @@ fi
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
+warn_ephemeral_ports "$SIM_PORT" "$((SIM_PORT + REPLICAS - 1))" "$FRONT_PORT" "$ADMIN_PORT"
+
 SIM_FLAGS=(--prefill-us-per-token "$PREFILL_US" --decode-base-ms "$DECODE_BASE_MS" --step-overhead-ms "$STEP_OVERHEAD_MS")
 [ -n "$REPLICA_SPEEDS" ] && SIM_FLAGS+=(--replica-speeds "$REPLICA_SPEEDS")
 [ -n "$SIM_TOKENIZER" ] && SIM_FLAGS+=(--tokenizer "$SIM_TOKENIZER")

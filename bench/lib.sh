@@ -12,6 +12,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Warns about listening ports inside the kernel's ephemeral range: any outgoing connection (the
+# load generator's, a gateway's to its engines) may hold one as its local port for a moment, and a
+# front started then cannot bind it (three of 150 starts failed so with ports 381xx).
+warn_ephemeral_ports() { # port...
+  local lo hi p
+  read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+  for p in "$@"; do
+    if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then
+      echo "warning: port $p is in the ephemeral range $lo-$hi; a start may fail to bind it (pick ports below $lo)" >&2
+    fi
+  done
+}
+
 # Waits until nothing listens on the local TCP PORTs (a front just stopped may hold its port for a
 # moment; the next one would fail to bind it).
 wait_ports_free() { # seconds port...
