@@ -1,5 +1,5 @@
 //! The README's benchmark block, regenerated from committed results: between a begin marker that
-//! names its result folders (`<!-- warmpath-bench headline --results DIR ... -->`, folders
+//! names its result folders (`<!-- warmpath-bench headline --results DIR --results DIR2 -->`, folders
 //! relative to the README) and the end marker, `warmpath-bench headline --readme README.md`
 //! writes warmpath's default against each peer ([`super::versus`]) for every folder, with the
 //! commit its results came from; `--check` only compares, and fails when the README says

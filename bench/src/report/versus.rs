@@ -19,12 +19,21 @@ use crate::stats::Estimate;
 /// The policy warmpath ships as its default.
 pub(crate) const DEFAULT_POLICY: &str = "warmpath-prefix";
 
-/// Labels of systems that are not warmpath: the real peers (SMG 1.13 `smg-*`, the older SGLang
-/// gateway `sglang-*`, llm-d's EPP) and, labelled as ours, re-implementations of their algorithms.
+/// Labels of systems the default is compared with: the real peers (SMG 1.13 `smg-*`, the older
+/// SGLang gateway `sglang-*`, llm-d's EPP), re-implementations of their algorithms (labelled as
+/// ours), and an earlier warmpath build run beside it (`baseline-*`, compare.sh's
+/// `BASELINE_ROUTER`): a change's own A/B, by the same rule.
 pub(crate) fn is_peer(label: &str) -> bool {
-    ["smg-", "sglang-", "llm-d", "dynamo", "vllm-router"]
-        .iter()
-        .any(|p| label.starts_with(p))
+    [
+        "smg-",
+        "sglang-",
+        "llm-d",
+        "dynamo",
+        "vllm-router",
+        "baseline-",
+    ]
+    .iter()
+    .any(|p| label.starts_with(p))
 }
 
 /// Which way "better" points for a figure.
@@ -283,5 +292,13 @@ mod tests {
         assert_eq!(v[0].hit.verdict(), "**loss**");
         assert_eq!(v[0].p90.verdict(), "**loss**");
         assert_eq!(v[0].throughput.verdict(), "tie");
+        // An earlier build beside the default (BASELINE_ROUTER) is compared by the same rule.
+        for seed in 1..=5 {
+            results.push(with(run("baseline-prefix", seed, None), 0.3, 60.0, 10.0));
+        }
+        let secs = sections(&results, |_| 0);
+        let v = versus(&secs[0]);
+        let base = v.iter().find(|v| v.peer == "baseline-prefix");
+        assert_eq!(base.map(|b| b.hit.verdict()), Some("win"), "{}", v.len());
     }
 }

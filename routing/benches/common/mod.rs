@@ -161,7 +161,8 @@ impl Fleet {
                 matched_blocks: self.matched[i],
                 pending_prefill_tokens: u64::from(self.inflight[i]) * 1024,
                 inflight_uncached_tokens: u64::from(self.inflight[i]) * 1024,
-                room: None,
+                // Read per candidate as the router reads it, so that its cost is measured.
+                room: Some(self.index.room(id)),
                 ttft: &self.models[i],
             })
             .collect();
