@@ -61,10 +61,13 @@ fn forget(holders: &mut HolderMap, hash: BlockHash, replica: ReplicaId) {
 pub struct ApproxIndex {
     limits: IndexLimits,
     holders: HolderMap,
-    replicas: HashMap<ReplicaId, ReplicaLru>,
+    /// Keyed by the router's own replica numbers (no client chooses them), with the block map's
+    /// cheap hasher: every decision reads each candidate's entry here (`room`), and SipHash made
+    /// that a third of a 256-replica decision.
+    replicas: HashMap<ReplicaId, ReplicaLru, BlockKey>,
     /// Replicas whose engines hold fewer blocks than the byte bound allows: their own caps,
     /// so that the index forgets about when the engine does.
-    caps: HashMap<ReplicaId, usize>,
+    caps: HashMap<ReplicaId, usize, BlockKey>,
     entries: usize,
     evictions: u64,
     /// Counts [`PrefixIndex::on_routed`] calls (wrapping): the time of the LRU nodes' last use.
@@ -76,8 +79,8 @@ impl ApproxIndex {
         Self {
             limits,
             holders: HashMap::with_hasher(BlockKey::random()),
-            replicas: HashMap::new(),
-            caps: HashMap::new(),
+            replicas: HashMap::with_hasher(BlockKey::random()),
+            caps: HashMap::with_hasher(BlockKey::random()),
             entries: 0,
             evictions: 0,
             clock: 0,
