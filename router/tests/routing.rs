@@ -7,6 +7,28 @@ use common::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// Sends `n` unrelated prompts of `bytes` bytes (seeds `first..first + n`), one at a time,
+/// each answered 200; returns the replica each reached, in order.
+async fn distinct_prompts(
+    addr: std::net::SocketAddr,
+    first: u64,
+    n: u64,
+    bytes: usize,
+) -> Vec<String> {
+    let mut replicas = Vec::new();
+    for i in 0..n {
+        let r = post(
+            addr,
+            "/v1/completions",
+            &completion(&text(first + i, bytes), 1),
+        )
+        .await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        replicas.push(r.replica());
+    }
+    replicas
+}
+
 async fn affinity(policy: &str) {
     let s = Setup::new(
         &["--replicas", "4"],
@@ -30,15 +52,8 @@ async fn affinity(policy: &str) {
     assert!(metric(&m, "warmpath_prefix_hit_ratio", &[]) > 0.8, "{m}");
     // Unrelated prompts are free to go elsewhere; they are not all pinned to the warm replica.
     let mut others = HashMap::<String, u32>::new();
-    for i in 0..24 {
-        let r = post(
-            s.router.addr,
-            "/v1/completions",
-            &completion(&text(1000 + i, 2048), 1),
-        )
-        .await;
-        assert_eq!(r.status, 200);
-        *others.entry(r.replica()).or_default() += 1;
+    for replica in distinct_prompts(s.router.addr, 1000, 24, 2048).await {
+        *others.entry(replica).or_default() += 1;
     }
     assert!(
         others.len() >= 2,
@@ -126,17 +141,7 @@ async fn shared_prefix_spreads_at_high_load_weighted_sum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_rotates_through_the_replicas() {
     let s = Setup::new(&["--replicas", "4"], "scheduling:\n  policy: round_robin\n").await;
-    let mut order = Vec::new();
-    for i in 0..12 {
-        let r = post(
-            s.router.addr,
-            "/v1/completions",
-            &completion(&text(500 + i, 64), 1),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-        order.push(r.replica());
-    }
+    let order = distinct_prompts(s.router.addr, 500, 12, 64).await;
     for four in order.windows(4) {
         let distinct: std::collections::HashSet<_> = four.iter().collect();
         assert_eq!(distinct.len(), 4, "not a rotation: {order:?}");
@@ -168,15 +173,8 @@ async fn dead_replica_stops_getting_traffic() {
     assert_eq!(r.status, 200, "{}", r.body);
 
     let mut used = HashMap::<String, u32>::new();
-    for i in 0..40 {
-        let r = post(
-            addr,
-            "/v1/completions",
-            &completion(&text(500 + i, 1024), 1),
-        )
-        .await;
-        assert_eq!(r.status, 200, "request {i}: {}", r.body);
-        *used.entry(r.replica()).or_default() += 1;
+    for replica in distinct_prompts(addr, 500, 40, 1024).await {
+        *used.entry(replica).or_default() += 1;
     }
     assert!(
         !used.contains_key("r1") && !used.contains_key("r3"),
@@ -282,15 +280,7 @@ async fn the_index_is_sized_by_the_engines_kv_capacity() {
         "",
     )
     .await;
-    for i in 0..12 {
-        let r = post(
-            s.router.addr,
-            "/v1/completions",
-            &completion(&text(500 + i, 2000), 1),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
+    distinct_prompts(s.router.addr, 500, 12, 2000).await;
     let m = router_metrics(s.router.admin_addr).await;
     let entries = metric(&m, "warmpath_prefix_index_entries", &[]);
     assert!(

@@ -36,13 +36,8 @@ impl RouterIndex {
         })
     }
 
-    /// Bound `replica`'s entries by its engine's KV capacity (in index blocks).
-    pub fn set_replica_capacity(&mut self, replica: ReplicaId, entries: Option<usize>) {
-        self.approx.set_replica_capacity(replica, entries)
-    }
-
-    /// What `replica`'s cache can take before it evicts, bounded by its engine's KV capacity
-    /// (in index blocks, when known; applied first, as [`RouterIndex::set_replica_capacity`]).
+    /// What `replica`'s cache can take before it evicts, once its entries are bounded by its
+    /// engine's KV capacity (`entries`, in index blocks, when known).
     pub fn room(&mut self, replica: ReplicaId, entries: Option<usize>) -> CacheRoom {
         self.approx.set_replica_capacity(replica, entries);
         self.approx.room(replica)

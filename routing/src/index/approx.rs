@@ -92,17 +92,15 @@ impl ApproxIndex {
     /// it would evict first was last used. A replica the index holds nothing for has its
     /// whole bound free.
     pub fn room(&self, replica: ReplicaId) -> CacheRoom {
-        let cap = self.cap_of(replica);
-        let Some(lru) = self.replicas.get(&replica) else {
-            return CacheRoom {
-                free_blocks: cap.min(u32::MAX as usize) as u32,
-                idle_routings: u32::MAX,
-            };
-        };
+        let lru = self.replicas.get(&replica);
+        let held = lru.map_or(0, |l| l.len);
         CacheRoom {
-            free_blocks: cap.saturating_sub(lru.len).min(u32::MAX as usize) as u32,
+            free_blocks: self
+                .cap_of(replica)
+                .saturating_sub(held)
+                .min(u32::MAX as usize) as u32,
             idle_routings: lru
-                .oldest_use()
+                .and_then(ReplicaLru::oldest_use)
                 .map_or(u32::MAX, |used| self.clock.wrapping_sub(used)),
         }
     }
