@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-trace bench-sensitivity bench-pd bench-datapath bench-routing
+.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-trace bench-sensitivity bench-pd bench-datapath bench-routing bench-workloads
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -55,6 +55,13 @@ bench-pd:
 ## (about 35 minutes); results in bench/results-trace, the README's block from them.
 bench-trace:
 	bash bench/trace.sh
+	target/release/warmpath-bench headline --readme README.md
+
+## warmpath's default beside SMG 1.13 (tuned) and llm-d's EPP (EPP_BIN) on every simulated workload of
+## the routing table, 10 scored seeds (31-40), suites of under an hour each (SUITES picks some);
+## results in bench/results-routing, the README's block from them.
+bench-workloads:
+	bash bench/routing.sh
 	target/release/warmpath-bench headline --readme README.md
 
 ## The sensitivity runs alone (about 25 minutes).

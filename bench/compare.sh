@@ -147,7 +147,7 @@ fi
 
 mkdir -p "$RESULTS"
 if [ "$SUITE" = sim ]; then
-  rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/smg-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
+  rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/smg-*.json "$RESULTS"/llm-d-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
 else
   rm -f "$RESULTS/$SUITE"-*.json
 fi

@@ -1,45 +1,45 @@
 #!/usr/bin/env bash
-# bench/full.sh — the whole report from one commit (`make bench-full`; about 125 minutes on two
-# cores, 11 GB of memory for the real engines).
+# bench/full.sh — the whole report from one commit (`make bench-full`), in parts of at most about
+# an hour each on two cores (11 GB of memory for the real engines), all from one build.
 #
 # One build of the tree as committed (a dirty tree is refused unless ALLOW_DIRTY=1: results are
-# stamped with the commit, and a report must say what one version of the code does), then:
-#   1. bench/tune-smg.sh        SMG's (the Shepherd Model Gateway 1.13) balance thresholds, tuned on
-#                               seeds 1-2 (tuning seeds; disjoint from the scored 11-15)
-#   2. bench/compare.sh         the main comparison on seeds 11-15: every system, the open-loop
-#                               sweep, the section where the cache binds, the other workloads,
-#                               the idle plumbing, the data-path suite
-#   3. bench/sensitivity.sh     the binding workload under other hardware assumptions, and a
-#                               mixed fleet
-#   4. bench/real-vllm.sh       three real vLLM engines (skipped, loudly, without vLLM)
-#   5. bench/independent.sh     warmpath-bench's figures against guidellm's on the same prompts
-#   6. bench/pd.sh              the prefill/decode split against unified serving and SMG's PD mode
-#   7. bench/flow.sh            per-tenant fairness under overload (issue 13) against plain
-#                               request-count fairness, no flow control and SMG's queue
-# and one report (BENCHMARKS.md) over all of it (the P/D and flow reports appended as they are). Warmpath's defaults were chosen on seeds 1-2
-# and on the default-sized workloads; seeds 11-15 are never used for tuning.
-#
-# PARTS (default: all seven) runs a subset; the results folder keeps what earlier parts of the
-# same commit wrote. A run of all seven starts from an empty results folder.
+# stamped with the commit, and a report must say what one version of the code does), then the
+# PARTS (default: all, in this order; a part keeps what earlier parts of the same commit wrote):
+#   tune         bench/tune-smg.sh: SMG's (the Shepherd Model Gateway 1.13) balance thresholds,
+#                tuned on seeds 1-2 (tuning seeds; disjoint from the scored ones)
+#   routing      bench/routing.sh: warmpath's default beside SMG 1.13 (tuned) and llm-d's EPP on
+#                every simulated workload of the routing table (fits, 1.5x/3x at Zipf 1 and 0.6,
+#                long documents, multi-turn, agent, slow prefill); bench/results-routing; its
+#                suites are each under an hour (about four hours together)
+#   trace        bench/trace.sh: the Mooncake conversation trace; bench/results-trace
+#   main         bench/compare.sh: the wider table (every policy, the peers' algorithms on
+#                warmpath's data path, SMG's other policies, llm-d when EPP_BIN is set), the
+#                open-loop sweep, the idle plumbing, the data-path suite
+#   sensitivity  bench/sensitivity.sh: the binding workload under other hardware assumptions,
+#                and a mixed fleet
+#   vllm         bench/real-vllm.sh: three real vLLM engines (skipped, loudly, without vLLM)
+#   independent  bench/independent.sh: warmpath-bench's figures against guidellm's
+#   pd           bench/pd.sh: the prefill/decode split against unified serving and SMG's PD mode
+#   flow         bench/flow.sh: per-tenant fairness under overload
+# and one report (BENCHMARKS.md) over the main folder (the P/D and flow reports appended as they
+# are), and the README's generated block from the committed results its marker names.
+# Scored seeds: SCORE_SEEDS (default 31-40); warmpath's defaults were chosen on tuning seeds 1-10
+# and frozen before the scored seeds ran (bench/README.md, "Seeds").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export RESULTS=${RESULTS:-bench/results}
 REPORT=${REPORT:-BENCHMARKS.md}
-PARTS=${PARTS:-"tune main sensitivity vllm independent pd flow"}
-SCORE_SEEDS=${SCORE_SEEDS:-"11 12 13 14 15"}
+ALL_PARTS="tune routing trace main sensitivity vllm independent pd flow"
+PARTS=${PARTS:-$ALL_PARTS}
+SCORE_SEEDS=${SCORE_SEEDS:-"31 32 33 34 35 36 37 38 39 40"}
 
-if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . 2>/dev/null; then
-  echo "bench/full.sh: the tree has uncommitted changes; commit them (or ALLOW_DIRTY=1)" >&2
-  exit 2
-fi
-if [ -z "${BIN_DIR:-}" ]; then
-  cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
-  export BIN_DIR=target/release
-fi
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+committed_binaries bench/full.sh
 export SKIP_REPORT=1
 mkdir -p "$RESULTS"
-if [ "$PARTS" = "tune main sensitivity vllm independent pd flow" ]; then
+if [ "$PARTS" = "$ALL_PARTS" ]; then
   rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/smg-tuned-args "$RESULTS"/sglang-tuned-args
 fi
 started=$SECONDS
@@ -52,13 +52,22 @@ fi
 # The chosen thresholds, for every script below that runs smg-cache-aware-tuned.
 SMG_TUNED_ARGS=$(cat "$RESULTS/smg-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")
 export SMG_TUNED_ARGS
+if has routing; then
+  SEEDS=$SCORE_SEEDS RESULTS=bench/results-routing bash bench/routing.sh
+fi
+if has trace; then
+  SEEDS=$SCORE_SEEDS bash bench/trace.sh
+fi
+# llm-d's EPP beside the others wherever it is built (bench/llm-d.sh).
+LLMD=""
+[ -x "${EPP_BIN:-}" ] && LLMD=" llm-d"
 if has main; then
   SEEDS=$SCORE_SEEDS REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 \
     RATES="40 120" \
-    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-round-robin smg-prefix-hash smg-cache-aware smg-cache-aware-tuned smg-power-of-two" \
+    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-round-robin smg-prefix-hash smg-cache-aware smg-cache-aware-tuned smg-power-of-two$LLMD" \
     SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned" \
-    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-cache-aware smg-cache-aware-tuned smg-prefix-hash" \
-    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned smg-prefix-hash" \
+    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
+    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
     IDLE_SYSTEMS="warmpath-prefix smg-round-robin smg-cache-aware" IDLE_REQUESTS=100 \
     bash bench/compare.sh
 fi
@@ -75,7 +84,7 @@ if has pd; then
   SEEDS=$SCORE_SEEDS bash bench/pd.sh
 fi
 if has flow; then
-  SEEDS="11 12 13" bash bench/flow.sh
+  SEEDS=$SCORE_SEEDS bash bench/flow.sh
 fi
 
 echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
@@ -87,3 +96,5 @@ for part in pd flow; do
   fi
 done
 echo "bench/full.sh: wrote $REPORT in $(((SECONDS - started) / 60)) minutes" >&2
+# The README's benchmark block, from the committed results its marker names.
+"$BIN_DIR/warmpath-bench" headline --readme README.md

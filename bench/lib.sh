@@ -103,3 +103,17 @@ smg_start() { # label port log url... [-- flags...]
   bash "$PEERS/smg.sh" serve "$SMG_DIR" "$port" "$policy" "${urls[@]}" -- "${flags[@]}" "$@" >"$log" 2>&1 &
   SMG_PID=$!; PIDS+=("$SMG_PID")
 }
+
+# The binaries a one-commit script runs: BIN_DIR's when it names prebuilt ones, otherwise a
+# release build of the tree, which must be committed (results are stamped with the commit; a
+# dirty tree is refused unless ALLOW_DIRTY=1). Exports BIN_DIR.
+committed_binaries() { # script-name
+  if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . 2>/dev/null; then
+    echo "$1: the tree has uncommitted changes; commit them (or ALLOW_DIRTY=1)" >&2
+    exit 2
+  fi
+  if [ -z "${BIN_DIR:-}" ]; then
+    cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench -p warmpath-extproc-gateway
+    export BIN_DIR=target/release
+  fi
+}

@@ -8,8 +8,8 @@
 # since 1.13 the absolute margin is also capped at two standard deviations of the in-flight count,
 # never under 4, so its defaults can spill in a small pool). A user would size them for the fleet.
 # This script runs a grid of them on the tuning seeds (TUNE_SEEDS, default 1 and 2: among the
-# tuning seeds 1-10 of bench/README.md; bench/full.sh scores seeds 11-15 and bench/trace.sh
-# 21-30, so the sets are disjoint) over three workloads (shared-prefix at the default size and
+# tuning seeds 1-10 of bench/README.md; bench/full.sh and bench/routing.sh score seeds 31-40, earlier
+# runs 21-30, so the sets are disjoint) over three workloads (shared-prefix at the default size and
 # where the cache binds, multi-turn), scores each setting by the geometric mean of its request
 # throughput over those runs, and writes:
 #   $RESULTS/smg-tuning.md    the grid and the choice (the report includes it as it is)
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-bench/results}
 TUNE_RESULTS=${TUNE_RESULTS:-$(mktemp -d)}
 TUNE_SEEDS=${TUNE_SEEDS:-"1 2"}
-SCORED_SEEDS=${SCORED_SEEDS:-"11-15 (bench/full.sh), 21-30 (bench/trace.sh)"}
+SCORED_SEEDS=${SCORED_SEEDS:-"31-40 (bench/full.sh, bench/routing.sh), 21-30 (earlier scored runs), 11-15 (the oldest)"}
 # SMG's defaults (64:1.5) are in the grid: "tuned" is never worse on the tuning seeds.
 GRID=${GRID:-"2:1.1 4:1.25 8:1.25 16:1.5 32:1.5 64:1.5"}
 for s in $TUNE_SEEDS; do

@@ -58,6 +58,24 @@ pub enum Command {
     Fairness(Box<crate::fairness::FairnessArgs>),
     /// Read fairness results and write the Markdown report with issue 13's targets.
     FairnessReport(crate::fairness::FairnessReportArgs),
+    /// Combine per-seed paired values (ratios or differences a script computed, one per seed)
+    /// by bench/README.md's one rule: their median with its bootstrap 95 % interval, and with a
+    /// bound, whether the interval clears it. Prints one JSON object, so that every script
+    /// judges its targets the way the report does.
+    Interval(IntervalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct IntervalArgs {
+    /// The target is "at least this" (e.g. 0.97 for a ratio).
+    #[arg(long, conflicts_with = "at_most")]
+    pub at_least: Option<f64>,
+    /// The target is "at most this".
+    #[arg(long)]
+    pub at_most: Option<f64>,
+    /// The per-seed values.
+    #[arg(required = true, allow_negative_numbers = true)]
+    pub values: Vec<f64>,
 }
 
 #[derive(Debug, Args)]

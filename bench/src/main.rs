@@ -42,6 +42,13 @@ fn main() -> Result<()> {
             rt.block_on(warmpath_bench::fairness::command(*args))
         }
         Command::FairnessReport(args) => warmpath_bench::fairness::report_command(args),
+        Command::Interval(args) => {
+            println!(
+                "{}",
+                warmpath_bench::stats::interval_json(&args.values, args.at_least, args.at_most)
+            );
+            Ok(())
+        }
         Command::Describe(args) => describe(args),
         Command::Export(args) => export(args),
         Command::Headline(args) => {

@@ -105,6 +105,20 @@ pub enum Side {
     Point { clears: bool },
 }
 
+impl Side {
+    /// The verdict on a target as the reports word it: met only when the whole interval clears
+    /// the bound.
+    pub fn verdict(self) -> &'static str {
+        match self {
+            Side::Clears => "met",
+            Side::Fails => "**missed**",
+            Side::Straddles => "not shown (the interval straddles the bound)",
+            Side::Point { clears: true } => "1 seed, no interval (the point meets it)",
+            Side::Point { clears: false } => "1 seed, no interval (the point **misses** it)",
+        }
+    }
+}
+
 impl Estimate {
     /// The median of `values` and, with two or more, the bootstrap interval of it.
     pub fn of(values: &[f64]) -> Option<Self> {
@@ -166,6 +180,38 @@ impl Estimate {
             Some(_) => Side::Straddles,
         }
     }
+}
+
+/// What `warmpath-bench interval` prints: the estimate of per-seed `values` and, with a bound
+/// (`at_least` or `at_most`), the verdict: `met` when the whole interval clears it, `missed`
+/// when the whole interval is beyond it, `undecided` when it straddles, `met-one-seed` or
+/// `missed-one-seed` without an interval.
+pub fn interval_json(
+    values: &[f64],
+    at_least: Option<f64>,
+    at_most: Option<f64>,
+) -> serde_json::Value {
+    let Some(e) = Estimate::of(values) else {
+        return serde_json::json!({ "n": 0, "median": null, "interval": null, "verdict": null });
+    };
+    let side = match (at_least, at_most) {
+        (Some(b), _) => Some(e.at_least(b)),
+        (None, Some(b)) => Some(e.at_most(b)),
+        (None, None) => None,
+    };
+    let verdict = side.map(|s| match s {
+        Side::Clears => "met",
+        Side::Fails => "missed",
+        Side::Straddles => "undecided",
+        Side::Point { clears: true } => "met-one-seed",
+        Side::Point { clears: false } => "missed-one-seed",
+    });
+    serde_json::json!({
+        "n": e.n,
+        "median": e.median,
+        "interval": e.interval.map(|(lo, hi)| [lo, hi]),
+        "verdict": verdict,
+    })
 }
 
 #[cfg(test)]
@@ -280,5 +326,22 @@ mod tests {
         assert_eq!(e.at_most(12.0), Side::Clears);
         assert_eq!(e.at_most(9.0), Side::Straddles);
         assert_eq!(e.at_most(7.9), Side::Fails);
+    }
+
+    #[test]
+    fn interval_json_judges_by_the_whole_interval() {
+        let met = interval_json(&[0.98, 0.99, 1.0, 0.985, 0.99], Some(0.97), None);
+        assert_eq!(met["verdict"], "met", "{met}");
+        assert_eq!(met["n"], 5);
+        // Median above the bound, one seed below it: the interval straddles.
+        let straddles = interval_json(&[0.963, 0.978, 0.998], Some(0.97), None);
+        assert_eq!(straddles["verdict"], "undecided", "{straddles}");
+        let missed = interval_json(&[1.3, 1.4, 1.35], None, Some(1.25));
+        assert_eq!(missed["verdict"], "missed", "{missed}");
+        let one = interval_json(&[1.0], Some(0.97), None);
+        assert_eq!(one["verdict"], "met-one-seed");
+        assert!(one["interval"].is_null());
+        assert!(interval_json(&[], None, None)["median"].is_null());
+        assert!(interval_json(&[1.0, 2.0], None, None)["verdict"].is_null());
     }
 }

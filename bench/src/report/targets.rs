@@ -86,18 +86,6 @@ pub(crate) fn best_sustained<'a>(points: &[&'a Loaded]) -> Option<&'a Loaded> {
         })
 }
 
-/// The verdict on a ratio's estimate against its bound: met only when the whole interval
-/// clears it.
-fn verdict(side: Side) -> &'static str {
-    match side {
-        Side::Clears => "met",
-        Side::Fails => "**missed**",
-        Side::Straddles => "not shown (the interval straddles the bound)",
-        Side::Point { clears: true } => "1 seed, no interval (the point meets it)",
-        Side::Point { clears: false } => "1 seed, no interval (the point **misses** it)",
-    }
-}
-
 /// `figure(a) / figure(b)` for every seed both points have (the same seed is the same requests,
 /// so the ratio pairs like with like), where `both` holds for the two runs.
 fn paired_ratios(
@@ -167,7 +155,7 @@ fn ttft_row(md: &mut String, what: &str, p: &Point<'_>, sg: &Point<'_>, ratio: E
         f1(half),
         est(Some(ratio), 3),
         sg.label(),
-        verdict(ratio.at_most(0.5))
+        Side::verdict(ratio.at_most(0.5))
     );
 }
 
@@ -202,7 +190,7 @@ fn rows(s: &Section<'_>) -> String {
             est(p.estimate(|r| hit_and_oracle(r).0), 3),
             f3(oracle.map(|o| 0.9 * o)),
             est(Some(ratio), 3),
-            verdict(ratio.at_least(0.9))
+            Side::verdict(ratio.at_least(0.9))
         );
     }
     let p90 = |r: &Loaded| r.result.latency_ms.ttft.p90;
@@ -306,7 +294,7 @@ fn rows(s: &Section<'_>) -> String {
             est(Estimate::of(&tps), 1),
             f1(base_tp.map(|e| 2.0 * e.median)),
             est(Some(ratio), 3),
-            verdict(ratio.at_least(2.0))
+            Side::verdict(ratio.at_least(2.0))
         );
     }
     md

@@ -93,7 +93,7 @@ mod tests {
             room: None,
             ttft: &model,
         };
-        let candidates = [view(0, 0, 2, 0.2), view(1, 8, 3, 0.6), view(2, 2, 0, 0.1)];
+        let candidates = [view(0, 0, 2, 0.2), view(1, 8, 3, 0.6), view(2, 2, 1, 0.1)];
         let request = RequestView {
             prompt_tokens: 200,
             blocks: 10,

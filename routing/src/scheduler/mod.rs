@@ -56,7 +56,7 @@ pub use config::{
 pub use consistent_hash::{capacity, ring_key, EMPTY_PROMPT_KEY};
 pub use explain::CandidateScores;
 pub use view::{replica_key, EngineLoad, ReplicaView, RequestView, MAX_ENGINE_COUNT};
-pub use weighted::{LOAD_FLOOR, QUEUE_FLOOR};
+pub use weighted::{LEAVE_FACTOR, LOAD_FLOOR, QUEUE_FLOOR};
 
 use crate::{BlockHash, ReplicaId};
 use consistent_hash::{consistent_hash, RingCache};
@@ -64,7 +64,7 @@ use dynamo::dynamo;
 use llm_d::llm_d;
 use predicted::{min_cost, Predictor};
 use tiebreak::{Best, TieBreak};
-use weighted::{best_score, new_prefix_home, stay_warm, weighted_scores};
+use weighted::{best_score, leave_backed_up, new_prefix_home, stay_warm, weighted_scores};
 
 /// The pick, with the reasons (returned in a debug header and counted in metrics).
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +77,7 @@ pub struct Decision {
     /// The hot-spot guard moved the request off the best-matching replica.
     pub spilled: bool,
     /// Which rule picked: `round_robin`, `least_load`, `weighted_score`, `predicted_ttft`,
+    /// `left_backed_up` (the weighted pick was more than twice as costly as another replica),
     /// `hotspot_spill`, `consistent_hash`, `llm_d` or `dynamo` (a stable, low-cardinality label
     /// for metrics).
     pub reason: &'static str,
@@ -140,15 +141,20 @@ impl Scheduler {
             Policy::Prefix => {
                 let scores = weighted_scores(&self.config.weights, request, candidates);
                 let pick = stay_warm(&ttft, candidates, best_score(&scores, &mut rng));
-                let home = new_prefix_home(
-                    self.config.placement.new_prefix_slack,
-                    &scores,
-                    request,
-                    candidates,
-                    hashes,
-                    pick,
-                );
-                (home, "weighted_score")
+                let left = leave_backed_up(&ttft, candidates, pick);
+                if left != pick {
+                    (left, "left_backed_up")
+                } else {
+                    let home = new_prefix_home(
+                        self.config.placement.new_prefix_slack,
+                        &scores,
+                        request,
+                        candidates,
+                        hashes,
+                        pick,
+                    );
+                    (home, "weighted_score")
+                }
             }
             Policy::PredictedTtft => (
                 min_cost(&ttft, candidates, None, &mut rng).unwrap_or(0),

@@ -82,6 +82,20 @@ impl<'a> Predictor<'a> {
         ttft + self.repeated_prefill(c, p.per_token_s)
     }
 
+    /// [`Predictor::prior_cost`] at the higher of the prior's and the learned per-token prefill
+    /// cost: what leaving a warm replica is judged by. The learned cost may be misled low
+    /// (see above), the prior may be far below a slow accelerator's: at 300 µs per token, with
+    /// the prior's 50 µs, moves looked six times cheaper than they were and cost hit rate and
+    /// throughput on the binding workload (tuning seeds 1-2). Both sides of the comparison use
+    /// it, so on a slow fleet the queue ahead (its pending prefill) weighs more as well.
+    pub(super) fn leave_cost(&self, c: &ReplicaView<'_>) -> f64 {
+        let p = c.ttft.prior();
+        let per_token_s = p.per_token_s.max(c.ttft.per_token_s());
+        let tokens = c.prefill_tokens(self.request.uncached_tokens(c.matched_blocks));
+        let ttft = p.base_s + per_token_s * f64::from(tokens) + p.per_queued_s * c.queued_ahead();
+        ttft + self.repeated_prefill(c, per_token_s)
+    }
+
     /// Seconds of prefill choosing `c` repeats, at `per_token_s`, of the prompt tokens the
     /// warmest candidate already holds; nothing on an idle replica, where it delays nobody.
     /// That exception is what lets the weighted policy's load scorers give idle replicas

@@ -433,6 +433,62 @@ fn idle_replicas_take_their_share_from_a_busy_warm_one() {
 }
 
 #[test]
+fn a_short_shared_prefix_is_not_worth_a_queue() {
+    // Conversations share a 256-token system prompt (4 blocks of 64): on replica 0, with a
+    // dozen requests queued, it is 80 % of a new conversation's first turn. The prefix scorer
+    // outweighs anything the load scorers can take away, but prefilling 320 tokens on an idle
+    // replica costs far less than the queue: the request leaves.
+    let m = TtftModel::default();
+    let req = prompt(320, 5);
+    // The engine batches them all (running, none waiting): the queue scorer sees nothing.
+    let mut backed_up = view(0, 12, engine(12.0, 0.0, 0.3), 4, &m);
+    backed_up.pending_prefill_tokens = 12 * 64;
+    let idle = view(1, 0, engine(0.0, 0.0, 0.0), 0, &m);
+    let busy = view(2, 12, engine(12.0, 0.0, 0.3), 0, &m);
+    for seed in 0..10 {
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[backed_up.clone(), idle.clone(), busy.clone()], seed)
+            .unwrap();
+        assert_eq!((d.replica, d.reason), (1, "left_backed_up"), "{d:?}");
+    }
+    // Two queued there: waiting is cheaper than the prefill a move repeats; it stays.
+    let mut short_queue = view(0, 2, engine(2.0, 0.0, 0.1), 4, &m);
+    short_queue.pending_prefill_tokens = 64;
+    let d = sched(Policy::Prefix)
+        .decide(&req, &[short_queue, idle.clone()], 1)
+        .unwrap();
+    assert_eq!((d.replica, d.reason), (0, "weighted_score"), "{d:?}");
+    // A long prefix (3000 of 3040 tokens) is worth the same dozen queued.
+    let long = prompt(3040, 48);
+    let mut doc = view(0, 12, engine(12.0, 0.0, 0.3), 47, &m);
+    doc.pending_prefill_tokens = 12 * 64;
+    let d = sched(Policy::Prefix)
+        .decide(&long, &[doc, idle], 1)
+        .unwrap();
+    assert_eq!((d.replica, d.reason), (0, "weighted_score"), "{d:?}");
+}
+
+#[test]
+fn a_slow_fleet_weighs_a_move_at_its_learned_prefill_cost() {
+    // 1024 tokens, 960 of them cached on replica 0, which has eight requests and 512 tokens of
+    // prefill ahead. At the prior's 50 us per token the idle replica costs half as much and
+    // the request would leave; at the 300 us per token the replicas have shown, the move's
+    // prefill is worth more than the queue: it stays.
+    let req = prompt(1024, 64);
+    let prior = TtftModel::default();
+    let slow = trained(0.000_3);
+    for (m, leaves) in [(&prior, true), (&slow, false)] {
+        let mut warm = view(0, 8, engine(8.0, 0.0, 0.5), 60, m);
+        warm.pending_prefill_tokens = 512;
+        let idle = view(1, 0, engine(0.0, 0.0, 0.0), 0, m);
+        let d = sched(Policy::Prefix)
+            .decide(&req, &[warm, idle], 1)
+            .unwrap();
+        assert_eq!(d.replica == 1, leaves, "{d:?}");
+    }
+}
+
+#[test]
 fn no_spill_when_the_whole_fleet_is_backed_up() {
     // Every replica has most of a second of prefill queued: the warm one a little more. A
     // spill would add a cold prefill to a fleet without spare capacity.
@@ -449,13 +505,14 @@ fn no_spill_when_the_whole_fleet_is_backed_up() {
             .unwrap();
         assert_eq!((d.replica, d.spilled), (0, false), "{p:?}: {d:?}");
     }
-    // A replica with little queued is another matter: that is a hot spot.
+    // A replica with little queued is another matter: that is a hot spot (which the weighted
+    // pick itself now leaves before the guard would spill it).
     cold.pending_prefill_tokens = 0;
     cold.inflight_requests = 0;
     let d = sched(Policy::Prefix)
         .decide(&req, &[warm, cold], 1)
         .unwrap();
-    assert_eq!((d.replica, d.spilled), (1, true), "{d:?}");
+    assert_eq!((d.replica, d.reason), (1, "left_backed_up"), "{d:?}");
 }
 
 #[test]

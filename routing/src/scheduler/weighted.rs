@@ -60,6 +60,48 @@ pub(super) fn stay_warm(
     }
 }
 
+/// How many times cheaper (its [`Predictor::leave_cost`]) another candidate must be before
+/// [`leave_backed_up`] moves a request off the weighted pick: twice, so that the two rules
+/// (this and [`stay_warm`], which moves back only to a cheaper warm replica) never undo each
+/// other and noise in the load signals does not move anything.
+pub const LEAVE_FACTOR: f64 = 2.0;
+
+/// The mirror of [`stay_warm`]: the weighted pick, unless waiting there costs more than twice
+/// what the cheapest candidate costs, the prefill that candidate would repeat included
+/// ([`Predictor::leave_cost`] prices both: the queue and pending prefill ahead, the part of the
+/// prompt the replica lacks, and the repeated prefill when it delays anyone).
+///
+/// The prefix scorer is relative: a 256-token system prompt that every conversation shares is
+/// 80 % of a conversation's first turn, worth three times as much as the load scorer can ever
+/// take away. So when 32 conversations began at once, all went to the two or three replicas
+/// that held the system prompt first, 10-14 queued on each while five replicas idled, and
+/// stayed there by session affinity: those replicas' caches could not hold a dozen growing
+/// conversations each, and multi-turn chat hit 0.48 of its prompts against 0.78 for LRU with
+/// perfect placement (tuning seeds 1-2). A long prefix is worth a short wait and stays (its
+/// prefill is what a move costs); a short one is not.
+pub(super) fn leave_backed_up(
+    ttft: &Predictor<'_>,
+    candidates: &[ReplicaView<'_>],
+    pick: usize,
+) -> usize {
+    let Some(p) = candidates.get(pick) else {
+        return pick;
+    };
+    let pick_cost = ttft.leave_cost(p);
+    let mut cheapest = (pick, pick_cost);
+    for (i, c) in candidates.iter().enumerate() {
+        let cost = ttft.leave_cost(c);
+        if cost < cheapest.1 {
+            cheapest = (i, cost);
+        }
+    }
+    if cheapest.1 * LEAVE_FACTOR < pick_cost {
+        cheapest.0
+    } else {
+        pick
+    }
+}
+
 /// The longest prefix any candidate holds, in blocks.
 fn warmest(candidates: &[ReplicaView<'_>]) -> u32 {
     candidates
