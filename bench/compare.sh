@@ -157,6 +157,15 @@ fi
 warn_ephemeral_ports "$SIM_PORT" "$((SIM_PORT + REPLICAS - 1))" "$FRONT_PORT" "$ADMIN_PORT"
 
 SIM_FLAGS=(--prefill-us-per-token "$PREFILL_US" --decode-base-ms "$DECODE_BASE_MS" --step-overhead-ms "$STEP_OVERHEAD_MS")
+# Dynamo's KV router routes from its engines' KV events by default, so its re-implementation
+# (`warmpath-dynamo`, labelled as ours) does too: when an invocation runs it, every replica
+# publishes its events on KV_PORT+i (for every system of that invocation alike, so that they
+# share the same fleet) and warmpath-dynamo's pool follows them.
+KV_PORT=${KV_PORT:-$((SIM_PORT + 600))}
+KV_EVENTS=""
+case " $SYSTEMS $BINDING_SYSTEMS $OTHER_SYSTEMS $TRACE_SYSTEMS " in
+  *" warmpath-dynamo "*) KV_EVENTS=1; SIM_FLAGS+=(--kv-events-endpoint "tcp://*:$KV_PORT") ;;
+esac
 [ -n "$REPLICA_SPEEDS" ] && SIM_FLAGS+=(--replica-speeds "$REPLICA_SPEEDS")
 [ -n "$SIM_TOKENIZER" ] && SIM_FLAGS+=(--tokenizer "$SIM_TOKENIZER")
 FLEET_LINE="warmpath-sim, $REPLICAS replicas × $KV_BLOCKS KV blocks × $BLOCK_SIZE tokens, ${SIM_FLAGS[*]}, other costs default; workload text: $TEXT${SCRAPE_INTERVAL_MS:+; warmpath scrapes every $SCRAPE_INTERVAL_MS ms}"
@@ -177,6 +186,7 @@ else
   echo "fleet: $FLEET_LINE"
   [ -n "$SYSTEMS" ] && echo "load: closed loop $CONCURRENCY in flight, $(length_text); open-loop sweep at $RATES req/s, $SWEEP_DURATION each"
   [ -n "$TRACE_SYSTEMS" ] && echo "trace: $TRACE_FILE, $TRACE_REQUESTS requests per run (the first $TRACE_WARMUP to complete left out), its times / $TRACE_TIME_SCALE, $TRACE_BLOCK_TOKENS tokens per 512-token block"
+  [ -n "$KV_EVENTS" ] && echo "kv events: every replica publishes them (tcp://127.0.0.1:$KV_PORT+i); warmpath-dynamo (Dynamo's KV cost, re-implemented on warmpath's data path) routes from them, as Dynamo does by default; warmpath-llm-d's index (llm-d's scorers, re-implemented) is bounded by each engine's KV capacity (cache_config_info), as llm-d's prefix scorer sizes itself"
   echo "note: load generator, router or gateway, and all simulated replicas share these cores"
 } > "$RESULTS/machine.txt"
 fi
@@ -233,9 +243,18 @@ start_front() { # label
         echo "pools:"
         echo "  - name: tiny"
         echo "    models: [tiny]"
+        local i=0 events=""
+        [ -n "$KV_EVENTS" ] && [ "$policy" = dynamo ] && events=1
+        [ -n "$events" ] && echo "    kv_events: {}"
         echo "    replicas:"
-        local i=0
-        for u in $(replica_urls); do echo "      - { name: sim-$i, url: \"$u\" }"; i=$((i + 1)); done
+        for u in $(replica_urls); do
+          if [ -n "$events" ]; then
+            echo "      - { name: sim-$i, url: \"$u\", kv_events_endpoint: \"tcp://127.0.0.1:$((KV_PORT + i))\" }"
+          else
+            echo "      - { name: sim-$i, url: \"$u\" }"
+          fi
+          i=$((i + 1))
+        done
         echo "scheduling:"
         echo "  policy: $policy"
         [ -n "${ROUTER_EXTRA:-}" ] && printf '%s\n' "$ROUTER_EXTRA"

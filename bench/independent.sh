@@ -103,6 +103,8 @@ print(f"The same {reqs} shared-prefix prompts (exported with `warmpath-bench exp
       f"once by warmpath-bench and once by guidellm {version} (PyPI; the vLLM project's tool), at each "
       f"concurrency. The fleet hit rate is read from the replicas' counters around each run.\n")
 print("| in flight | metric | warmpath-bench | guidellm | ratio |\n|---:|---|---:|---:|---:|")
+disagree = []
+ttft_gaps = []
 for line in open(rows_file):
     conc, ours_path, g_path, hb, qb, ha, qa = line.split()
     ours = json.load(open(ours_path))
@@ -125,6 +127,30 @@ for line in open(rows_file):
         ratio = f"{a / b:.2f}" if a and b else "–"
         fmt = (lambda x: f"{x:.3f}") if "hit" in name else (lambda x: f"{x:.1f}")
         print(f"| {conc} | {name} | {fmt(a) if a is not None else '–'} | {fmt(b) if b is not None else '–'} | {ratio} |")
+        if a and b and abs(a / b - 1) > 0.10:
+            disagree.append(f"- {conc} in flight, {name}: warmpath-bench {fmt(a)}, guidellm {fmt(b)} "
+                            f"({a / b:.2f}×, a difference of {fmt(a - b)})")
+        if a and b and name.startswith("TTFT"):
+            ttft_gaps.append((conc, name, b - a))
+print("\n### Where they disagree\n")
+if disagree:
+    print("Figures more than 10 % apart:\n")
+    print("\n".join(disagree))
+else:
+    print("No figure is more than 10 % apart.")
+if ttft_gaps:
+    gaps = ", ".join(f"{n.split()[1]} at {c}: {g:+.1f} ms" for c, n, g in ttft_gaps)
+    print(f"\nguidellm's TTFT minus warmpath-bench's, by percentile and concurrency: {gaps}. "
+          "Where the gap is a few milliseconds at every percentile, a large share of a low p50 and "
+          "a negligible one of a p99 hundreds of milliseconds long, it is an additive per-request "
+          "offset, not a different measurement of the server: warmpath-bench starts its clock just "
+          "before it writes the request and stops at the first chunk carrying text, on a Rust client "
+          "whose per-request work is microseconds; guidellm's clock brackets its Python worker's "
+          "own work as well (building and sending the request through httpx, parsing each streamed "
+          "event, its asyncio loop shared with the other requests in flight on a core the router and "
+          "the simulator also use), and that work grows with the concurrency. A gap that grows "
+          "with the percentile instead would mean the tools see different servers: that is what "
+          "to look for here.\n")
 print("\nguidellm's ITL excludes the first token and is averaged per request; warmpath-bench's is the "
       "distribution of every gap between streamed chunks. guidellm's requests/s is over its own "
       "measurement window; ours is from first send to last completion. Both tools, the router and the "

@@ -43,7 +43,20 @@ pub struct RequestFeatures {
     pub cache_salt: Option<String>,
     /// The session the request belongs to (from its headers, set by the parse layer).
     pub session: crate::sessions::SessionRef,
+    /// The body carries fields that steer a prefill/decode split (`kv_transfer_params`,
+    /// `bootstrap_host`, `bootstrap_port`, `bootstrap_room`): only the router's own split may
+    /// set them (the parse layer strips a client's, unless it is a trusted source).
+    pub pd_fields: bool,
 }
+
+/// Body fields that steer a prefill/decode split on the engine: vLLM's KV-transfer parameters
+/// and SGLang's bootstrap rendezvous.
+pub const PD_FIELDS: [&str; 4] = [
+    "kv_transfer_params",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+];
 
 /// A model's tokenizer with the cache of its prompts' shared prefixes (a long system prompt is
 /// tokenized once; later prompts re-tokenize only what follows it).
@@ -133,6 +146,10 @@ pub fn parse(
             }
         },
     };
+    let pd_fields = wire.kv_transfer_params.is_some()
+        || wire.bootstrap_host.is_some()
+        || wire.bootstrap_port.is_some()
+        || wire.bootstrap_room.is_some();
     let user = wire.user.map(|u| u.0.into_owned());
     let cache_salt = wire.cache_salt.map(|s| s.0.into_owned());
     Ok(RequestFeatures {
@@ -145,6 +162,7 @@ pub fn parse(
         media,
         cache_salt,
         session: Default::default(),
+        pd_fields,
     })
 }
 
@@ -240,6 +258,15 @@ struct Wire<'a> {
     user: Option<Str<'a>>,
     #[serde(borrow, default)]
     cache_salt: Option<Str<'a>>,
+    // Present or not is all that matters (PD_FIELDS).
+    #[serde(default)]
+    kv_transfer_params: Option<de::IgnoredAny>,
+    #[serde(default)]
+    bootstrap_host: Option<de::IgnoredAny>,
+    #[serde(default)]
+    bootstrap_port: Option<de::IgnoredAny>,
+    #[serde(default)]
+    bootstrap_room: Option<de::IgnoredAny>,
 }
 
 /// `prompt`: a string, a batch of strings (the first one routes), token ids, or a batch of those.

@@ -136,6 +136,11 @@ async fn api_keys_name_tenants_and_never_reach_the_engine() {
     post(rt.addr, "/v1/completions", &completion("hello", 2))
         .await
         .assert_error(401, "invalid_api_key");
+    // Identity before work: a wrong key is refused from the head alone, before the router
+    // reads (let alone parses or tokenizes) a body that is still arriving. Reading it first
+    // would answer 408 once the client timeout passed, or hold the connection until then.
+    let status = refused_before_the_body(rt.addr, "Bearer sk-wrong-9999").await;
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
     // Loopback is trusted by default: a gateway there may name the tenant instead.
     let named = as_tenant(rt.addr, "acme", 2).await;
     assert_eq!(named.status, 200, "{}", named.body);
@@ -147,6 +152,38 @@ async fn api_keys_name_tenants_and_never_reach_the_engine() {
         "{m}"
     );
     rt.shutdown().await;
+}
+
+/// Sends a request head announcing a 100 kB body with `authorization`, then 10 bytes of it,
+/// and returns the status line of what comes back while the rest is withheld.
+async fn refused_before_the_body(addr: SocketAddr, authorization: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: router\r\nauthorization: {authorization}\r\n\
+         content-type: application/json\r\ncontent-length: 100000\r\n\r\n{{\"model\": \""
+    );
+    conn.write_all(head.as_bytes()).await.expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    // The router's client timeout is far longer than this: an answer within it can only be
+    // the refusal from the head (the body never completes).
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        while !got.windows(2).any(|w| w == b"\r\n") {
+            let n = conn.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer while the body was withheld");
+    String::from_utf8_lossy(&got)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[tokio::test]

@@ -547,3 +547,60 @@ async fn a_sessions_home_is_its_decode_replica() {
     assert_eq!(homes.len(), 2, "{homes:?}");
     rt.shutdown().await;
 }
+
+/// A client cannot steer a split: from an untrusted source, its `x-prefiller-host-port` and the
+/// body's prefill/decode fields never reach an engine when the router does not split (no
+/// prefill pool here); a trusted source (a gateway that splits itself) keeps them.
+#[tokio::test]
+async fn client_pd_fields_reach_no_engine_unless_trusted() {
+    let engine = Recorder::default();
+    let addr = engine
+        .start(completion_answer, Duration::from_millis(0))
+        .await;
+    let body = json!({
+        "model": "tiny",
+        "prompt": "hello",
+        "max_tokens": 2,
+        "kv_transfer_params": {"remote_host": "10.9.9.9", "remote_port": 5600},
+        "bootstrap_host": "10.9.9.9",
+        "bootstrap_port": 8998,
+        "bootstrap_room": 7,
+    })
+    .to_string();
+    let headers = [("x-prefiller-host-port", "10.9.9.9:8000")];
+    for (trusted, extra) in [
+        (false, "tenants:\n  trusted_sources: [10.0.0.0/8]\n"),
+        (true, ""),
+    ] {
+        let rt = router(&config_yaml("tiny", &[addr], extra)).await;
+        let r = send(rt.addr, "POST", "/v1/completions", &headers, body.clone())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let forwarded = engine.requests();
+        let (head, sent) = forwarded.last().expect("forwarded");
+        let sent: Value = serde_json::from_slice(sent).unwrap();
+        assert_eq!(
+            head.headers.contains_key("x-prefiller-host-port"),
+            trusted,
+            "trusted {trusted}: {:?}",
+            head.headers
+        );
+        for field in [
+            "kv_transfer_params",
+            "bootstrap_host",
+            "bootstrap_port",
+            "bootstrap_room",
+        ] {
+            assert_eq!(
+                sent.get(field).is_some(),
+                trusted,
+                "trusted {trusted}: {sent}"
+            );
+        }
+        // The rest of the body is the client's.
+        assert_eq!(sent["prompt"], "hello");
+        assert_eq!(sent["max_tokens"], 2);
+        rt.shutdown().await;
+    }
+}

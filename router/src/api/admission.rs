@@ -10,7 +10,7 @@
 use super::{Admitted, Parsed, StageFuture};
 use crate::errors::{ApiError, RespBody};
 use crate::state::table::Table;
-use crate::tenants::{PeerAddr, Tenant};
+use crate::tenants::{Identity, PeerAddr, Tenant};
 use futures_util::future::Either;
 use http::Response;
 use std::future::Future;
@@ -184,9 +184,14 @@ where
         let read = &mut parsed.read;
         let directory = &read.ctx.table.tenants;
         let peer = read.head.extensions.get::<PeerAddr>().map(|p| p.0.ip());
-        let identity = match directory.identify(&read.head.headers, peer) {
-            Ok(identity) => identity,
-            Err(e) => return Either::Left(Either::Right(ready(Err(e)))),
+        // Found from the head before the body was read (`read_body`); a request that reached
+        // this stage some other way is identified here.
+        let identity = match read.head.extensions.remove::<Identity>() {
+            Some(identity) => identity,
+            None => match directory.identify(&read.head.headers, peer) {
+                Ok(identity) => identity,
+                Err(e) => return Either::Left(Either::Right(ready(Err(e)))),
+            },
         };
         if directory.strips_authorization() {
             read.head.headers.remove(http::header::AUTHORIZATION);

@@ -1,6 +1,11 @@
 //! Parse the routing fields of a request ([`crate::request::parse`]) and refuse models no pool
 //! serves. From here on a failure's metric carries the model label: the model when the table
 //! serves it, `(unknown)` otherwise, never the raw client string (series stay bounded).
+//!
+//! A client may not steer a prefill/decode split: unless it is a trusted source
+//! (`tenants.trusted_sources`), its `x-prefiller-host-port` header and the body fields that name
+//! a prefill server or a KV transfer ([`crate::request::PD_FIELDS`]) are removed here, so that
+//! they reach an engine only through a split the router made (which sets its own).
 
 use super::{Parsed, Read, Rejection};
 use crate::errors::{ApiError, RespBody};
@@ -49,7 +54,7 @@ where
         self.inner.poll_ready(cx).map_err(Rejection::before_parse)
     }
 
-    fn call(&mut self, read: Read) -> Self::Future {
+    fn call(&mut self, mut read: Read) -> Self::Future {
         let features = match features(
             read.ctx.endpoint,
             &read.body,
@@ -59,12 +64,44 @@ where
             Ok(f) => f,
             Err(rejection) => return Either::Right(ready(Err(rejection))),
         };
+        let peer = read
+            .head
+            .extensions
+            .get::<crate::tenants::PeerAddr>()
+            .map(|p| p.0.ip());
+        if !read.ctx.table.tenants.trusts(peer) {
+            read.head.headers.remove(super::forward::PREFILLER_HEADER);
+            if features.pd_fields {
+                match without_pd_fields(&read.body) {
+                    Some(body) => read.body = body,
+                    None => {
+                        let error = ApiError::bad_request(
+                            "invalid_body",
+                            "The request body could not be re-encoded without its prefill/decode fields.",
+                        );
+                        let model = model_label(&read.ctx.table, &features.model);
+                        return Either::Right(ready(Err(Rejection { error, model })));
+                    }
+                }
+            }
+        }
         let model = features.model.clone();
         Either::Left(Labelled {
             inner: self.inner.call(Parsed { read, features }),
             model,
         })
     }
+}
+
+/// The body less the fields that steer a prefill/decode split (rare: only a client that sets
+/// them pays for the re-encoding). `None` when it is not a JSON object after all.
+fn without_pd_fields(body: &[u8]) -> Option<bytes::Bytes> {
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).ok()?;
+    for field in crate::request::PD_FIELDS {
+        object.remove(field);
+    }
+    serde_json::to_vec(&object).ok().map(bytes::Bytes::from)
 }
 
 /// The request's features from its body and headers, for a model the table serves: the parse

@@ -1,5 +1,7 @@
 //! Read a request's whole body, bounded in size (413) and time (408), into one contiguous
-//! buffer: a body sent in many tiny chunks costs its bytes, not a list of chunks. Bodies held
+//! buffer, once the request's tenant is known from its head (identity before work: a request
+//! with a wrong API key is refused before the router reads, parses or tokenizes its body; the
+//! [`Identity`] rides on in the head's extensions for admission): a body sent in many tiny chunks costs its bytes, not a list of chunks. Bodies held
 //! at once are bounded too ([`BodyBudget`]): a body is kept until its replica's response head
 //! arrives (it may be sent again meanwhile), which can take minutes, so without a budget a
 //! burst of large prompts to a slow fleet could take the router's memory.
@@ -7,6 +9,7 @@
 use super::{Incoming, Read, Rejection, StageFuture};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
+use crate::tenants::{Identity, PeerAddr};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
@@ -33,13 +36,48 @@ impl BodyBudget {
         }
     }
 
-    /// Room for `len` bytes, held until the permit is dropped.
-    fn hold(&self, len: usize) -> Result<OwnedSemaphorePermit, ApiError> {
-        let kib = u32::try_from(len.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    /// Room for `kib` KiB more, held until the permit is dropped.
+    fn hold_kib(&self, kib: u32) -> Result<OwnedSemaphorePermit, ApiError> {
         self.kib.clone().try_acquire_many_owned(kib).map_err(|_| {
             self.metrics.body_budget_refusals.inc();
             ApiError::body_budget()
         })
+    }
+
+    /// An empty reservation, grown as a body's bytes arrive ([`Reserved::grow`]).
+    fn reserve(&self) -> Reserved {
+        Reserved {
+            budget: self.clone(),
+            permit: None,
+            kib: 0,
+        }
+    }
+}
+
+/// A body's share of the [`BodyBudget`], taken as its bytes arrive rather than once it is
+/// whole: bodies still arriving hold memory too, and a thousand clients each sending most of a
+/// large body slowly would otherwise hold it all outside the budget.
+struct Reserved {
+    budget: BodyBudget,
+    permit: Option<OwnedSemaphorePermit>,
+    kib: u32,
+}
+
+impl Reserved {
+    /// Room for `bytes` in all (at least 1 KiB): more permits when the body has outgrown what
+    /// it holds, a 503 (`overloaded`) when the budget has none to give.
+    fn grow(&mut self, bytes: usize) -> Result<(), ApiError> {
+        let need = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        if need <= self.kib {
+            return Ok(());
+        }
+        let more = self.budget.hold_kib(need - self.kib)?;
+        match &mut self.permit {
+            Some(held) => held.merge(more),
+            None => self.permit = Some(more),
+        }
+        self.kib = need;
+        Ok(())
     }
 }
 
@@ -91,18 +129,29 @@ where
         let budget = self.budget.clone();
         Box::pin(async move {
             let Incoming { ctx, request } = incoming;
-            let (head, body) = request.into_parts();
+            let (mut head, body) = request.into_parts();
+            let peer = head.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+            let identity: Identity = ctx
+                .table
+                .tenants
+                .identify(&head.headers, peer)
+                .map_err(Rejection::before_parse)?;
+            head.extensions.insert(identity);
             let config = &ctx.table.config;
-            let body = read_body(
+            // Held until the rest of the stack has the response head.
+            let mut held = budget.reserve();
+            let mut grow = |bytes| held.grow(bytes);
+            let body = read_body_reserving(
                 &head.headers,
                 body,
                 config.limits.max_body_bytes,
                 config.timeouts.client(),
+                &mut grow,
             )
             .await
             .map_err(Rejection::before_parse)?;
-            // Held until the rest of the stack has the response head.
-            let _held = budget.hold(body.len()).map_err(Rejection::before_parse)?;
+            // An empty body holds its 1 KiB too, as every body always has.
+            held.grow(body.len()).map_err(Rejection::before_parse)?;
             inner.call(Read { ctx, head, body }).await
         })
     }
@@ -120,6 +169,22 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    read_body_reserving(headers, body, limit, timeout, &mut |_| Ok(())).await
+}
+
+/// [`read_body`], telling `reserve` the bytes received so far after every chunk; its error
+/// ends the read.
+async fn read_body_reserving<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    timeout: Duration,
+    reserve: &mut (dyn FnMut(usize) -> Result<(), ApiError> + Send),
+) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -128,12 +193,17 @@ where
         return Err(ApiError::body_too_large(limit));
     }
     let hint = declared.unwrap_or(0) as usize;
-    tokio::time::timeout(timeout, collect(body, limit, hint))
+    tokio::time::timeout(timeout, collect(body, limit, hint, reserve))
         .await
         .unwrap_or_else(|_| Err(ApiError::body_timeout()))
 }
 
-async fn collect<B>(body: B, limit: usize, hint: usize) -> Result<Bytes, ApiError>
+async fn collect<B>(
+    body: B,
+    limit: usize,
+    hint: usize,
+    reserve: &mut (dyn FnMut(usize) -> Result<(), ApiError> + Send),
+) -> Result<Bytes, ApiError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -157,6 +227,7 @@ where
         if total > limit {
             return Err(ApiError::body_too_large(limit));
         }
+        reserve(total)?;
         match first.take() {
             None if rest.is_empty() => first = Some(data),
             held => {
@@ -222,6 +293,50 @@ mod tests {
         assert_eq!(b[999], b'a' + (999 % 26) as u8);
         let e = read_body(&h, chunks(1001), 1000, Duration::from_secs(1)).await;
         assert_eq!(e.unwrap_err().status, http::StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn bodies_still_arriving_hold_their_share_of_the_budget() {
+        let budget = BodyBudget::new(10 * 1024, Arc::new(Metrics::new()));
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+        let mut rx = rx;
+        let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+        let mut held = budget.reserve();
+        let reading = tokio::spawn(async move {
+            let r = read_body_reserving(
+                &HeaderMap::new(),
+                body,
+                1 << 20,
+                Duration::from_secs(30),
+                &mut |bytes| held.grow(bytes),
+            )
+            .await;
+            (r, held)
+        });
+        // 8 KiB of a body that has not finished: another 4 KiB does not fit beside it.
+        tx.send(Ok(Frame::data(Bytes::from(vec![b'x'; 8 * 1024]))))
+            .await
+            .unwrap();
+        let mut refused = false;
+        for _ in 0..200 {
+            if budget.hold_kib(4).is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(refused, "a body still arriving held none of the budget");
+        // Growing past the budget refuses the body itself with 503.
+        tx.send(Ok(Frame::data(Bytes::from(vec![b'y'; 4 * 1024]))))
+            .await
+            .unwrap();
+        let (r, held) = reading.await.unwrap();
+        assert_eq!(r.unwrap_err().status, http::StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+        assert!(
+            budget.hold_kib(10).is_ok(),
+            "the refused body's share came back"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -414,8 +414,10 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
         choose(idx, &t, &features(prompt), exclude, placement, 7, false).unwrap()
     };
     // Each choice below starts from the same index: `shared` was served on r0, which holds the
-    // prefix now (every choice records its prompt where it went).
-    let shared = words(1, 300);
+    // prefix now (every choice records its prompt where it went). It is long enough that
+    // waiting behind `big`'s prefill costs less than repeating it elsewhere (a short one would
+    // leave r0 by itself: `leave_backed_up`).
+    let shared = words(1, 1500);
     let fresh = || {
         let idx = Indexes {
             approx: index(),
@@ -427,7 +429,7 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
         idx
     };
     // `big`, another prompt, is in flight on r0 with its prefill still pending (guards held).
-    let big = go(&fresh(), &words(3, 1200), &ids[1..], Placement::Any);
+    let big = go(&fresh(), &words(3, 2400), &ids[1..], Placement::Any);
     assert_eq!(big.candidate.replica.name, "r0");
     let pending = big.candidate.replica.pending_prefill_tokens();
     assert_eq!(pending, u64::from(big.uncached_tokens));

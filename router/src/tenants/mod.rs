@@ -151,7 +151,7 @@ impl Directory {
         self.by_header.values()
     }
 
-    fn trusts(&self, peer: Option<IpAddr>) -> bool {
+    pub(crate) fn trusts(&self, peer: Option<IpAddr>) -> bool {
         // An IPv4 peer on an IPv6 socket arrives as ::ffff:a.b.c.d.
         let peer = peer.map(|ip| match ip {
             IpAddr::V6(v6) => v6
