@@ -183,7 +183,7 @@ where
     fn call(&mut self, mut parsed: Parsed) -> Self::Future {
         let read = &mut parsed.read;
         let directory = &read.ctx.table.tenants;
-        let peer = read.head.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+        let peer = PeerAddr::ip_of(&read.head.extensions);
         // Found from the head before the body was read (`read_body`); a request that reached
         // this stage some other way is identified here.
         let identity = match read.head.extensions.remove::<Identity>() {

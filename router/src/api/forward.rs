@@ -103,8 +103,8 @@ pub async fn send(
     timeouts: &TimeoutsConfig,
 ) -> Result<Response<PooledBody>, UpstreamError> {
     // The client's address appended to what proxies before us said (engines log it).
-    let forwarded_for = head.extensions.get::<PeerAddr>().and_then(|peer| {
-        let ip = peer.0.ip().to_string();
+    let forwarded_for = PeerAddr::ip_of(&head.extensions).and_then(|ip| {
+        let ip = ip.to_string();
         let value = match head.headers.get(X_FORWARDED_FOR).map(|v| v.to_str()) {
             Some(Ok(before)) if !before.trim().is_empty() => format!("{before}, {ip}"),
             _ => ip,

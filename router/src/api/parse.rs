@@ -64,11 +64,7 @@ where
             Ok(f) => f,
             Err(rejection) => return Either::Right(ready(Err(rejection))),
         };
-        let peer = read
-            .head
-            .extensions
-            .get::<crate::tenants::PeerAddr>()
-            .map(|p| p.0.ip());
+        let peer = crate::tenants::PeerAddr::ip_of(&read.head.extensions);
         if !read.ctx.table.tenants.trusts(peer) {
             read.head.headers.remove(super::forward::PREFILLER_HEADER);
             if features.pd_fields {

@@ -1,10 +1,11 @@
 //! Read a request's whole body, bounded in size (413) and time (408), into one contiguous
-//! buffer, once the request's tenant is known from its head (identity before work: a request
-//! with a wrong API key is refused before the router reads, parses or tokenizes its body; the
-//! [`Identity`] rides on in the head's extensions for admission): a body sent in many tiny chunks costs its bytes, not a list of chunks. Bodies held
-//! at once are bounded too ([`BodyBudget`]): a body is kept until its replica's response head
-//! arrives (it may be sent again meanwhile), which can take minutes, so without a budget a
-//! burst of large prompts to a slow fleet could take the router's memory.
+//! buffer: a body sent in many tiny chunks costs its bytes, not a list of chunks. First the
+//! request's tenant is found from its head (identity before work: a wrong API key is refused
+//! before the router reads, parses or tokenizes the body; the [`Identity`] rides on in the
+//! head's extensions for admission). Bodies held at once are bounded too ([`BodyBudget`]): a
+//! body is kept until its replica's response head arrives (it may be sent again meanwhile),
+//! which can take minutes, so without a budget a burst of large prompts to a slow fleet could
+//! take the router's memory.
 
 use super::{Incoming, Read, Rejection, StageFuture};
 use crate::errors::{ApiError, RespBody};
@@ -49,7 +50,6 @@ impl BodyBudget {
         Reserved {
             budget: self.clone(),
             permit: None,
-            kib: 0,
         }
     }
 }
@@ -59,8 +59,8 @@ impl BodyBudget {
 /// large body slowly would otherwise hold it all outside the budget.
 struct Reserved {
     budget: BodyBudget,
+    /// The KiB held so far, as permits.
     permit: Option<OwnedSemaphorePermit>,
-    kib: u32,
 }
 
 impl Reserved {
@@ -68,15 +68,15 @@ impl Reserved {
     /// it holds, a 503 (`overloaded`) when the budget has none to give.
     fn grow(&mut self, bytes: usize) -> Result<(), ApiError> {
         let need = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-        if need <= self.kib {
+        let held = self.permit.as_ref().map_or(0, |p| p.num_permits() as u32);
+        if need <= held {
             return Ok(());
         }
-        let more = self.budget.hold_kib(need - self.kib)?;
+        let more = self.budget.hold_kib(need - held)?;
         match &mut self.permit {
             Some(held) => held.merge(more),
             None => self.permit = Some(more),
         }
-        self.kib = need;
         Ok(())
     }
 }
@@ -130,7 +130,7 @@ where
         Box::pin(async move {
             let Incoming { ctx, request } = incoming;
             let (mut head, body) = request.into_parts();
-            let peer = head.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+            let peer = PeerAddr::ip_of(&head.extensions);
             let identity: Identity = ctx
                 .table
                 .tenants

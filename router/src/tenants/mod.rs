@@ -34,6 +34,14 @@ use warmpath_flow::TenantLimitsConfig;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub std::net::SocketAddr);
 
+impl PeerAddr {
+    /// The address of the peer a request with these extensions came from, if the server put it
+    /// there.
+    pub fn ip_of(extensions: &http::Extensions) -> Option<IpAddr> {
+        extensions.get::<PeerAddr>().map(|p| p.0.ip())
+    }
+}
+
 /// A tenant's settings as admission uses them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tenant {

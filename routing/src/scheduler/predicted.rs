@@ -76,10 +76,7 @@ impl<'a> Predictor<'a> {
     /// it that prefill is free, and a rule trusting that pins every conversation to the
     /// replica that taught it).
     pub(super) fn prior_cost(&self, c: &ReplicaView<'_>) -> f64 {
-        let p = c.ttft.prior();
-        let tokens = c.prefill_tokens(self.request.uncached_tokens(c.matched_blocks));
-        let ttft = p.base_s + p.per_token_s * f64::from(tokens) + p.per_queued_s * c.queued_ahead();
-        ttft + self.repeated_prefill(c, p.per_token_s)
+        self.prior_cost_at(c, c.ttft.prior().per_token_s)
     }
 
     /// [`Predictor::prior_cost`] at the higher of the prior's and the learned per-token prefill
@@ -89,8 +86,12 @@ impl<'a> Predictor<'a> {
     /// throughput on the binding workload (tuning seeds 1-2). Both sides of the comparison use
     /// it, so on a slow fleet the queue ahead (its pending prefill) weighs more as well.
     pub(super) fn leave_cost(&self, c: &ReplicaView<'_>) -> f64 {
+        self.prior_cost_at(c, c.ttft.prior().per_token_s.max(c.ttft.per_token_s()))
+    }
+
+    /// The prior's TTFT and repeated prefill, with prefill priced at `per_token_s`.
+    fn prior_cost_at(&self, c: &ReplicaView<'_>, per_token_s: f64) -> f64 {
         let p = c.ttft.prior();
-        let per_token_s = p.per_token_s.max(c.ttft.per_token_s());
         let tokens = c.prefill_tokens(self.request.uncached_tokens(c.matched_blocks));
         let ttft = p.base_s + per_token_s * f64::from(tokens) + p.per_queued_s * c.queued_ahead();
         ttft + self.repeated_prefill(c, per_token_s)
