@@ -17,7 +17,9 @@
 #                open-loop sweep, the idle plumbing, the data-path suite
 #   sensitivity  bench/sensitivity.sh: the binding workload under other hardware assumptions,
 #                and a mixed fleet
-#   vllm         bench/real-vllm.sh: three real vLLM engines (skipped, loudly, without vLLM)
+#   vllm         bench/real-vllm.sh: three real vLLM engines beside SMG 1.13 and llm-d's EPP (its
+#                shipped profile and its precise scorer from KV events); bench/results-vllm
+#                (skipped, loudly, without vLLM)
 #   independent  bench/independent.sh: warmpath-bench's figures against guidellm's
 #   pd           bench/pd.sh: the prefill/decode split against unified serving and SMG's PD mode
 #   flow         bench/flow.sh: per-tenant fairness under overload
@@ -75,7 +77,8 @@ if has sensitivity; then
   SEEDS=$SCORE_SEEDS bash bench/sensitivity.sh
 fi
 if has vllm; then
-  SEEDS=$SCORE_SEEDS bash bench/real-vllm.sh
+  SKIP_REPORT='' SEEDS=$SCORE_SEEDS RESULTS=bench/results-vllm REPORT=bench/results-vllm/REPORT.md \
+    bash bench/real-vllm.sh
 fi
 if has independent; then
   bash bench/independent.sh

@@ -4,7 +4,8 @@
 # Starts three real vLLM CPU engines (../shared/peers/vllm-cpu.sh, the tiny random-weight model)
 # with a small KV cache (--num-gpu-blocks-override, 128-token blocks on CPU), and runs the same
 # seeded shared-prefix workload through each warmpath policy and SMG 1.13 (the Shepherd Model
-# Gateway: cache_aware on its defaults and tuned, prefix_hash, round_robin). Between
+# Gateway: cache_aware on its defaults and tuned, prefix_hash, round_robin) and, when EPP_BIN
+# names it, llm-d's EPP (its shipped profile, and its precise prefix scorer from KV events). Between
 # systems the engines' prefix caches are emptied (POST /reset_prefix_cache, served because the
 # engines run with VLLM_SERVER_DEV_MODE=1) and the router or gateway is restarted, so every
 # system starts cold. The engines publish their KV events (tcp://*:KV_PORT0+i); the system
@@ -45,11 +46,20 @@ REQUESTS=${REQUESTS:-200}
 WARMUP=${WARMUP:-30}
 CONCURRENCY=${CONCURRENCY:-4}
 SEEDS=${SEEDS:-"11 12 13 14 15"}
-SYSTEMS=${SYSTEMS:-"warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d smg-cache-aware smg-cache-aware-tuned smg-prefix-hash smg-round-robin"}
+DEFAULT_SYSTEMS="warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d smg-cache-aware smg-cache-aware-tuned smg-prefix-hash smg-round-robin"
+# llm-d's EPP (EPP_BIN, built by hand as bench/llm-d/README.md says) behind
+# warmpath-extproc-gateway: `llm-d` on its shipped profile (its approximate prefix scorer),
+# `llm-d-precise` with its prefix scorer fed by the engines' KV events (bench/llm-d/precise.yaml;
+# the events reach it through bench/kv-relay.py, since the engines bind their publishers for
+# warmpath and llm-d's global socket wants them to connect).
+[ -n "${EPP_BIN:-}" ] && DEFAULT_SYSTEMS="$DEFAULT_SYSTEMS llm-d llm-d-precise"
+SYSTEMS=${SYSTEMS:-$DEFAULT_SYSTEMS}
 # smg-cache-aware-tuned: SMG_TUNED_ARGS (bench/full.sh passes the pair bench/tune-smg.sh chose on the
 # simulated fleet's tuning seeds; nothing is tuned on these engines).
 SMG_TUNED_ARGS=${SMG_TUNED_ARGS:-$(cat "$RESULTS/smg-tuned-args" 2>/dev/null || echo "--balance-abs-threshold 4 --balance-rel-threshold 1.25")}
 KV_PORT0=${KV_PORT0:-18251}
+# Where llm-d's EPP binds its KV-event socket (llm-d-precise), fed by bench/kv-relay.py.
+LLMD_KV_PORT=${LLMD_KV_PORT:-$((KV_PORT0 + 40))}
 # Sized for this fleet in the engine's own tokens: the tiny model's BPE cuts each 4-byte word
 # into about BYTES_PER_TOKEN bytes per token (measured below with /tokenize), so the prefix
 # working set (groups × system prompt) is about half the fleet's 3 × 64 × 128 tokens.
@@ -75,15 +85,28 @@ URLS=()
 for i in $(seq 0 $((ENGINES - 1))); do
   port=$((PORT0 + i))
   URLS+=("http://127.0.0.1:$port")
-  kv_config="{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$((KV_PORT0 + i))\", \"topic\": \"\"}"
+  # --enable-scale-out serves vLLM's render (tokenize) endpoints, which llm-d's token-producer
+  # calls: without it every llm-d-precise request fails to tokenize (403) and the EPP routes as
+  # if it knew no cache. The topic names the engine as llm-d's KV-event pool reads it (kv@ADDRESS:PORT@MODEL);
+  # warmpath subscribes to every topic.
+  kv_config="{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$((KV_PORT0 + i))\", \"topic\": \"kv@127.0.0.1:$port@tiny\"}"
   VLLM_SERVER_DEV_MODE=1 bash "$PEERS/vllm-cpu.sh" serve "$VLLM_DIR" "$port" \
-    --num-gpu-blocks-override "$BLOCKS" --kv-events-config "$kv_config" >"$WORK/vllm-$i.log" 2>&1 &
+    --num-gpu-blocks-override "$BLOCKS" --enable-scale-out --kv-events-config "$kv_config" >"$WORK/vllm-$i.log" 2>&1 &
   PIDS+=($!)
 done
 for u in "${URLS[@]}"; do
   wait_http "$u/health" 600 || { tail -20 "$WORK"/vllm-*.log >&2; exit 1; }
 done
 echo "engines up: ${URLS[*]}" >&2
+case " $SYSTEMS " in
+  *" llm-d-precise "*)
+    KV_ENDPOINTS=()
+    for i in $(seq 0 $((ENGINES - 1))); do KV_ENDPOINTS+=("tcp://127.0.0.1:$((KV_PORT0 + i))"); done
+    "$VLLM_DIR/venv/bin/python" bench/kv-relay.py "tcp://127.0.0.1:$LLMD_KV_PORT" "${KV_ENDPOINTS[@]}" \
+      >"$WORK/kv-relay.log" 2>&1 &
+    PIDS+=($!)
+    ;;
+esac
 
 # Bytes per engine token for this workload's text, from the engine's own tokenizer.
 sample=$(python3 - <<'PY'
@@ -104,7 +127,11 @@ for u in "${URLS[@]}"; do METRICS+=(--metrics-url "$u/metrics"); done
 {
   echo "# real-engine run: $ENGINES × vLLM CPU (tiny random-weight Llama), --num-gpu-blocks-override $BLOCKS, 128-token blocks; engine tokenizer $BYTES_PER_TOKEN bytes per token on this text"
   for label in $SYSTEMS; do
-    case $label in smg-*) smg_ready && echo "# row $(smg_row_text "$label")" ;; esac
+    case $label in
+      smg-*) smg_ready && echo "# row $(smg_row_text "$label")" ;;
+      llm-d) echo "# row llm-d: llm-d's EPP ($EPP_BIN, llm-d-router ebab687) on bench/llm-d/default.yaml behind warmpath-extproc-gateway" ;;
+      llm-d-precise) echo "# row llm-d-precise: llm-d's EPP ($EPP_BIN, llm-d-router ebab687) on bench/llm-d/precise.yaml (KV events through bench/kv-relay.py) behind warmpath-extproc-gateway" ;;
+    esac
   done
 } >> "$RESULTS/commands-vllm-cpu.txt"
 
@@ -157,6 +184,23 @@ run_point() { # label seed section groups zipf
       smg_start "$label" "$FRONT_PORT" "$WORK/front.log" "${URLS[@]}"
       FRONT_PID=$SMG_PID
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
+      ;;
+    llm-d|llm-d-precise)
+      [ -x "${EPP_BIN:-}" ] || { echo "!!!!! SKIPPING $label: EPP_BIN does not name llm-d's EPP !!!!!" >&2; return 0; }
+      local llmd_config=default
+      [ "$label" = llm-d ] || llmd_config=precise
+      LLMD_CONFIG=$llmd_config GATEWAY_BIN=${GATEWAY_BIN:-$BIN/warmpath-extproc-gateway} \
+        LLMD_MODEL=tiny LLMD_TOKENIZER_URL="${URLS[0]}" \
+        LLMD_KV_EVENTS_ENDPOINT="tcp://127.0.0.1:$LLMD_KV_PORT" LLMD_LOG_DIR="$WORK/llm-d" \
+        bash bench/llm-d.sh serve "$FRONT_PORT" "${URLS[@]}" >"$WORK/front.log" 2>&1 &
+      FRONT_PID=$!; PIDS+=("$FRONT_PID")
+      wait_http "http://127.0.0.1:$FRONT_PORT/v1/models" 90
+      if [ "$llmd_config" = precise ]; then
+        # As for warmpath-precise: once its socket is joined, the engines' AllBlocksCleared
+        # starts the EPP's view complete.
+        sleep 2
+        for u in "${URLS[@]}"; do curl -fsS -X POST "$u/reset_prefix_cache" >/dev/null; done
+      fi
       ;;
     sglang-*)
       [ -x "$SGLANG_DIR/venv/bin/python" ] || { echo "!!!!! SKIPPING $label: no sglang-router under $SGLANG_DIR !!!!!" >&2; return 0; }

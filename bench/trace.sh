@@ -43,12 +43,13 @@ for suite in $SUITES; do
     fits) kv=$KV_BLOCKS_FITS ;;
     *) echo "unknown suite $suite (binding | fits)" >&2; exit 2 ;;
   esac
-  # The first suite builds the binaries; the others reuse them (same commit, same build).
+  # The first suite builds the binaries (unless BIN_DIR names them); the others reuse them
+  # (same commit, same build).
   env SUITE="trace-$suite" KV_BLOCKS="$kv" SEEDS="$SEEDS" RESULTS="$RESULTS" SKIP_REPORT=1 \
     SKIP_DATAPATH=1 SYSTEMS="" OTHER_SYSTEMS="" BINDING_SYSTEMS="" IDLE_SYSTEMS="" \
-    TRACE_SYSTEMS="$TRACE_SYSTEMS" TRACE_FILE="$TRACE_FILE" ${built:+BIN_DIR=target/release} \
+    TRACE_SYSTEMS="$TRACE_SYSTEMS" TRACE_FILE="$TRACE_FILE" ${built:+BIN_DIR=${BIN_DIR:-target/release}} \
     bash bench/compare.sh
   built=1
 done
-target/release/warmpath-bench report --results "$RESULTS" --out "$REPORT"
+"${BIN_DIR:-target/release}/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
 echo "wrote $REPORT" >&2
