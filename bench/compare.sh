@@ -257,6 +257,9 @@ start_front() { # label
         done
         echo "scheduling:"
         echo "  policy: $policy"
+        # The load generator plays the gateway that names tenants (noisy-neighbour).
+        echo "tenants:"
+        echo "  trusted_sources: [127.0.0.0/8]"
         [ -n "${ROUTER_EXTRA:-}" ] && printf '%s\n' "$ROUTER_EXTRA"
         if [ -n "$SCRAPE_INTERVAL_MS" ]; then
           echo "scrape:"

@@ -100,6 +100,7 @@ router_yaml() { # system
   echo "    replicas:"
   for i in $(seq 0 $((REPLICAS - 1))); do echo "      - { name: r$i, url: \"$(url "$i")\" }"; done
   echo "tenants:"
+  echo "  trusted_sources: [127.0.0.0/8]   # the load generator plays the gateway naming tenants"
   echo "  policies:"
   echo "    - { name: a, weight: 1 }"
   echo "    - { name: b, weight: 2 }"

@@ -58,7 +58,9 @@ if has routing; then
   SEEDS=$SCORE_SEEDS RESULTS=bench/results-routing bash bench/routing.sh
 fi
 if has trace; then
-  SEEDS=$SCORE_SEEDS bash bench/trace.sh
+  # Its own folder, as routing's: RESULTS (exported above for the main part) must not carry it
+  # into bench/results.
+  SEEDS=$SCORE_SEEDS RESULTS=bench/results-trace bash bench/trace.sh
 fi
 # llm-d's EPP beside the others wherever it is built (bench/llm-d.sh).
 LLMD=""
@@ -84,10 +86,11 @@ if has independent; then
   bash bench/independent.sh
 fi
 if has pd; then
-  SEEDS=$SCORE_SEEDS bash bench/pd.sh
+  SKIP_REPORT='' SEEDS=$SCORE_SEEDS RESULTS=bench/results-pd REPORT=bench/results-pd/REPORT.md \
+    bash bench/pd.sh
 fi
 if has flow; then
-  SEEDS=$SCORE_SEEDS bash bench/flow.sh
+  SEEDS=$SCORE_SEEDS RESULTS=bench/results-flow bash bench/flow.sh
 fi
 
 echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"

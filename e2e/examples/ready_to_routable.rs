@@ -155,6 +155,7 @@ async fn main() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![name.clone()],
+                share_models_with: Vec::new(),
             }),
             ..Default::default()
         },

@@ -79,7 +79,7 @@ async fn an_objectives_priority_orders_a_saturated_queue_and_follows_its_changes
     let router = k8s_router_with(
         &client,
         &n,
-        "flow:\n  enabled: true\n  saturation:\n    max_inflight_requests: 1\n    max_waiting_requests: null\n    max_kv_usage: null\n",
+        "flow:\n  enabled: true\n  saturation:\n    max_inflight_requests: 1\n    max_waiting_requests: null\n    max_kv_usage: null\ntenants:\n  trusted_sources: [127.0.0.0/8]\n",
     )
     .await;
     create_pool(&client, &n, "llm", None, pods.port).await;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use warmpath_api::v1::InferencePool;
 use warmpath_e2e::TestNamespace;
 use warmpath_router::kubernetes::Discovery;
-use warmpath_router::sidecar::{self, AllowList, SidecarHandle, SidecarOptions};
+use warmpath_router::sidecar::{self, AllowList, CidrPorts, SidecarHandle, SidecarOptions};
 use warmpath_router::{config::Config, Options};
 
 /// A pool of `tiny` in `role`, over pods labelled `app=<label>`, served on `port`.
@@ -45,7 +45,9 @@ async fn sidecars(engines: &Pods, prefill: &Pods) -> (Vec<SidecarHandle>, u16) {
         unreachable!()
     };
     let [a, b, c, _] = p.octets();
-    let allow = AllowList::new(vec![format!("{a}.{b}.{c}.0/24").parse().unwrap()], vec![]);
+    // On the prefill engines' port only, as an operator would list it (`--prefill-port`).
+    let allow = AllowList::new(vec![format!("{a}.{b}.{c}.0/24").parse().unwrap()], vec![])
+        .on_ports(CidrPorts::Listed(vec![prefill.port]));
     'retry: for _ in 0..20 {
         let port: u16 = rand::random_range(20000..60000);
         let mut started = Vec::new();
@@ -91,6 +93,7 @@ async fn prefill_and_decode_pools_split_through_the_decode_pods_sidecars() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![n.clone()],
+                share_models_with: Vec::new(),
             }),
             ..Default::default()
         },

@@ -368,6 +368,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![n.clone()],
+                share_models_with: Vec::new(),
             }),
             ..Default::default()
         },

@@ -326,6 +326,8 @@ pub enum StartError {
     SessionKey(std::io::Error),
     #[error("admin_token_file: {0}")]
     AdminToken(std::io::Error),
+    #[error("endpoint_picker.token_file: {0}")]
+    PickerToken(std::io::Error),
     #[error("tls: {0}")]
     Tls(#[from] TlsError),
     #[error(transparent)]

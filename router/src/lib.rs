@@ -181,7 +181,14 @@ pub async fn start_with(
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
-    let picker_options = endpoint_picker::Options::of(&config);
+    let mut picker_options = endpoint_picker::Options::of(&config);
+    picker_options.token = config
+        .endpoint_picker
+        .token_file
+        .as_deref()
+        .map(admin::AdminToken::read)
+        .transpose()
+        .map_err(StartError::PickerToken)?;
 
     let metrics = Arc::new(Metrics::new());
     let index: SharedIndex = Arc::new(parking_lot::Mutex::new(RouterIndex::new(

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use warmpath_router::config::{LimitsConfig, PrefillFailure, TimeoutsConfig};
 use warmpath_router::kubernetes::Discovery;
-use warmpath_router::sidecar::{self, AllowList, Cidr, EngineUrl, PrefillTarget};
+use warmpath_router::sidecar::{self, AllowList, Cidr, CidrPorts, EngineUrl, PrefillTarget};
 use warmpath_router::{config::Config, Options};
 
 // glibc malloc showed up at ~11% of the proxy's CPU (many small, short-lived allocations per
@@ -57,6 +57,15 @@ struct Args {
         default_value = ""
     )]
     namespaces: Vec<String>,
+    /// Namespaces whose InferencePools may serve a model another namespace's pool named first
+    /// (comma-separated). A model is otherwise served only by the namespace that claimed it.
+    #[arg(
+        long,
+        env = "WARMPATH_SHARE_MODELS_WITH",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    share_models_with: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,10 +104,16 @@ struct SidecarArgs {
     /// `/metrics`, `/healthz`, `/readyz` (ready when the engine's `/health` answers 200).
     #[arg(long, env = "WARMPATH_SIDECAR_ADMIN", default_value = sidecar::defaults::ADMIN)]
     admin: SocketAddr,
-    /// Prefill hosts that may be called, as a CIDR of IP addresses (any port; a bare address
-    /// is one host). Repeat, or comma-separate in the variable. Names are never resolved.
+    /// Prefill hosts that may be called, as a CIDR of IP addresses (a bare address is one
+    /// host), on the ports of `--prefill-port`. Repeat, or comma-separate in the variable.
+    /// Names are never resolved.
     #[arg(long, env = "WARMPATH_SIDECAR_PREFILL_ALLOW", value_delimiter = ',')]
     prefill_allow: Vec<Cidr>,
+    /// The ports an address allowed by `--prefill-allow` may be called on. Default: the
+    /// engine's port and `--listen`'s (prefill pods built like this one serve there); `any`
+    /// for every port. Repeat, or comma-separate in the variable.
+    #[arg(long, env = "WARMPATH_SIDECAR_PREFILL_PORTS", value_delimiter = ',')]
+    prefill_port: Vec<String>,
     /// A prefill host that may be called, exactly `HOST:PORT` (the only way to allow a DNS
     /// name). Repeat, or comma-separate in the variable. With neither this nor
     /// `--prefill-allow`, every request naming a prefill host is refused (403).
@@ -128,6 +143,11 @@ struct SidecarArgs {
     /// Reading a client's request head and body (ms), then 408.
     #[arg(long, env = "WARMPATH_SIDECAR_CLIENT_TIMEOUT_MS", default_value_t = TimeoutsConfig::default().client_ms)]
     client_timeout_ms: u64,
+    /// An engine path to pass besides the inference, health and metrics ones (with what lies
+    /// under it), e.g. `/v1/audio`; every other path gets 404. Repeat, or comma-separate in the
+    /// variable.
+    #[arg(long, env = "WARMPATH_SIDECAR_ENGINE_PATHS", value_delimiter = ',')]
+    engine_path: Vec<String>,
     /// Worker threads (default: one per core).
     #[arg(long, env = "WARMPATH_SIDECAR_THREADS")]
     threads: Option<usize>,
@@ -172,14 +192,16 @@ fn main() -> anyhow::Result<()> {
             let client = kube::Client::try_default().await.context(
                 "Kubernetes mode needs a service account (in a pod) or a kubeconfig ($KUBECONFIG)",
             )?;
-            Some(Discovery {
-                client,
-                namespaces: args
-                    .namespaces
-                    .iter()
+            let names = |list: &[String]| -> Vec<String> {
+                list.iter()
                     .map(|n| n.trim().to_owned())
                     .filter(|n| !n.is_empty())
-                    .collect(),
+                    .collect()
+            };
+            Some(Discovery {
+                client,
+                namespaces: names(&args.namespaces),
+                share_models_with: names(&args.share_models_with),
             })
         } else {
             None
@@ -221,6 +243,13 @@ fn run_sidecar(args: SidecarArgs) -> anyhow::Result<()> {
         Ok(Duration::from_millis(v))
     };
     anyhow::ensure!(args.max_body_bytes > 0, "--max-body-bytes must be > 0");
+    if let Some(p) = args
+        .engine_path
+        .iter()
+        .find(|p| !p.starts_with('/') || p.len() < 2 || p.contains(['?', '#', ' ']))
+    {
+        anyhow::bail!("--engine-path `{p}`: a path starting with `/`, without query or spaces");
+    }
     anyhow::ensure!(
         args.listen != args.admin || args.listen.port() == 0,
         "--admin must differ from --listen"
@@ -229,7 +258,8 @@ fn run_sidecar(args: SidecarArgs) -> anyhow::Result<()> {
         listen: args.listen,
         admin: args.admin,
         engine: args.engine,
-        allow: AllowList::new(args.prefill_allow, args.prefill_host),
+        allow: AllowList::new(args.prefill_allow, args.prefill_host)
+            .on_ports(CidrPorts::from_flags(&args.prefill_port).context("--prefill-port")?),
         on_prefill_failure: match args.on_prefill_failure {
             OnPrefillFailure::Decode => PrefillFailure::Decode,
             OnPrefillFailure::Fail => PrefillFailure::Fail,
@@ -242,6 +272,7 @@ fn run_sidecar(args: SidecarArgs) -> anyhow::Result<()> {
             client: ms(args.client_timeout_ms, "client-timeout-ms")?,
         },
         drain: Duration::from_secs(10),
+        engine_paths: args.engine_path,
     };
     let rt = runtime(args.threads)?;
     rt.block_on(async move {

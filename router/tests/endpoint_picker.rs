@@ -471,18 +471,52 @@ async fn streams_beyond_the_limit_are_refused() {
     s.stop().await;
 }
 
+/// With `endpoint_picker.token_file`, a stream whose metadata lacks the bearer token is refused
+/// before it holds a slot or reads a message; the Gateway that sends it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_picker_with_a_token_serves_only_the_gateway_that_sends_it() {
+    let extra = format!(
+        "{PICKER}  max_streams: 1\n  token_file: {}\n",
+        token_file("picker-token", "picker-token-0123456789")
+    );
+    let s = Setup::new(&["--replicas", "1"], &extra).await;
+    let mut gateway = client(&s.router).await;
+    let call = Call::post("/v1/completions", completion("hi", 1));
+    for wrong in [
+        None,
+        Some("Bearer not-the-picker-token-at-all"),
+        Some("picker-token-0123456789"),
+        Some("Basic picker-token-0123456789"),
+    ] {
+        let refused = through_as(&mut gateway, &call, wrong)
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            refused.code(),
+            Code::Unauthenticated,
+            "{wrong:?}: {refused:?}"
+        );
+    }
+    // The refused streams held no slot: the one slot serves the Gateway at once.
+    let told = through_as(&mut gateway, &call, Some("Bearer picker-token-0123456789"))
+        .await
+        .expect("served");
+    assert!(told.destination.is_some());
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_and_flow_control_apply_as_in_the_proxy() {
     // Fail open, yet flow control's refusal is answered: it is a verdict, not a failure.
     let s = Setup::new(
         &["--timing", "zero"],
         &format!(
-            "{PICKER}  failure_mode: open\ntenants:\n  policies:\n    - name: capped\n      limits: {{ requests_per_second: 0.5, burst: 1 }}\n    - name: acme\n      api_keys: [sk-acme-0001]\n"
+            "{PICKER}  failure_mode: open\ntenants:\n  trusted_sources: [127.0.0.0/8]\n  policies:\n    - name: capped\n      limits: {{ requests_per_second: 0.5, burst: 1 }}\n    - name: acme\n      api_keys: [sk-acme-0001]\n"
         ),
     )
     .await;
     let mut gateway = client(&s.router).await;
-    // The Gateway is a trusted peer (loopback by default): its tenant header counts.
+    // The Gateway is a trusted peer (listed in trusted_sources): its tenant header counts.
     let capped =
         || Call::post("/v1/completions", completion("hi", 2)).with("x-warmpath-tenant", "capped");
     let first = through(&mut gateway, &capped()).await.unwrap();

@@ -560,3 +560,161 @@ async fn bodies_held_at_once_are_bounded() {
     );
     rt.shutdown().await;
 }
+
+/// An engine that answers every completion at once, except one whose prompt says `slow`: that
+/// one it takes in, reports on `arrived`, and never answers.
+async fn slow_on_demand(arrived: tokio::sync::mpsc::UnboundedSender<()>) -> SocketAddr {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let arrived = arrived.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let arrived = arrived.clone();
+                        async move {
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            if body.windows(4).any(|w| w == b"slow") {
+                                let _ = arrived.send(());
+                                std::future::pending::<()>().await;
+                            }
+                            let (status, text) = warmpath_testkit::completion_answer(0);
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder()
+                                    .status(status)
+                                    .header("content-type", "application/json")
+                                    .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A request that gets no answer in time while its replica goes on answering others timed out
+/// by its own doing (a generation longer than the timeout, or a request crafted to be slow):
+/// a client sending such requests must not be able to eject replicas. The same timeouts with
+/// nothing answered meanwhile (a hung engine) do eject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_while_the_replica_answers_others_never_eject_it() {
+    async fn fleet() -> (
+        warmpath_router::RouterHandle,
+        tokio::sync::mpsc::UnboundedReceiver<()>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let a = slow_on_demand(tx.clone()).await;
+        let b = slow_on_demand(tx).await;
+        let extra = "timeouts:\n  header_ms: 1000\nhealth:\n  consecutive_failures: 2\n  eject_base_ms: 60000\n  eject_max_ms: 60000\nscheduling:\n  policy: round_robin\n";
+        let yaml = config_yaml("tiny", &[a, b], extra)
+            .replace("    replicas:", "    metrics_path: null\n    replicas:");
+        (router(&yaml).await, rx)
+    }
+    async fn ready(rt: &warmpath_router::RouterHandle) -> f64 {
+        let m = router_metrics(rt.admin_addr).await;
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")])
+            + metric(&m, "warmpath_replica_ready", &[("replica", "r1")])
+    }
+
+    // Each slow request is held; four quick ones go round both replicas and are answered
+    // before it times out.
+    let (rt, mut arrived) = fleet().await;
+    for round in 0..6 {
+        let addr = rt.addr;
+        let slow = tokio::spawn(async move {
+            post(
+                addr,
+                "/v1/completions",
+                &completion(&format!("slow {round}"), 1),
+            )
+            .await
+        });
+        arrived
+            .recv()
+            .await
+            .expect("the slow request reached a replica");
+        for i in 0..4 {
+            let r = post(
+                rt.addr,
+                "/v1/completions",
+                &completion(&format!("q{round}-{i}"), 1),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+        let r = slow.await.unwrap();
+        r.assert_error(504, "upstream_timeout");
+    }
+    assert_eq!(
+        ready(&rt).await,
+        2.0,
+        "a replica that kept answering was ejected"
+    );
+    rt.shutdown().await;
+
+    // Nothing answered meanwhile: two timeouts in a row eject a replica.
+    let (rt, mut arrived) = fleet().await;
+    for round in 0..4 {
+        let r = post(
+            rt.addr,
+            "/v1/completions",
+            &completion(&format!("slow {round}"), 1),
+        )
+        .await;
+        arrived
+            .recv()
+            .await
+            .expect("the slow request reached a replica");
+        r.assert_error(504, "upstream_timeout");
+    }
+    assert_eq!(
+        ready(&rt).await,
+        1.0,
+        "a replica that answered nothing stayed in"
+    );
+    rt.shutdown().await;
+}
+
+/// Headers a client's `Connection` names stop at the router, but only the client's own: the
+/// router's (its request id, the forwarded-for it appends) still reach the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_connection_header_cannot_strip_the_routers_own() {
+    let rec = warmpath_testkit::Recorder::default();
+    let a = rec
+        .start(warmpath_testkit::completion_answer, Duration::ZERO)
+        .await;
+    let yaml = config_yaml("tiny", &[a], "")
+        .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    let rt = router(&yaml).await;
+    let r = send(
+        rt.addr,
+        "POST",
+        "/v1/completions",
+        &[
+            ("connection", "x-request-id, x-forwarded-for, x-hop-secret"),
+            ("x-hop-secret", "for the router only"),
+        ],
+        completion("hi", 1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.header("x-request-id").expect("request id").to_owned();
+    assert!(id.starts_with("wp-"), "{id}");
+    let seen = rec.requests();
+    assert_eq!(seen.len(), 1);
+    let h = &seen[0].0.headers;
+    assert_eq!(h["x-request-id"], id.as_str());
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert!(!h.contains_key("x-hop-secret"));
+    rt.shutdown().await;
+}

@@ -13,9 +13,20 @@ use warmpath_testkit::{completion_answer, Recorder};
 const SLOW_SIM: &[&str] = &["--decode-base-ms", "5", "--decode-per-seq-ms", "0"];
 
 fn flow_yaml(extra: &str) -> String {
-    format!(
+    trusting_loopback(&format!(
         "flow:\n  enabled: true\n  saturation:\n    max_inflight_requests: 1\n    max_waiting_requests: null\n    max_kv_usage: null\n{extra}"
-    )
+    ))
+}
+
+/// `yaml` with loopback among `tenants.trusted_sources` (none by default): the tests' clients
+/// play the gateway that names tenants.
+fn trusting_loopback(yaml: &str) -> String {
+    let trust = "tenants:\n  trusted_sources: [127.0.0.0/8]\n";
+    if yaml.contains("tenants:\n") {
+        yaml.replacen("tenants:\n", trust, 1)
+    } else {
+        format!("{yaml}{trust}")
+    }
 }
 
 async fn as_tenant(addr: SocketAddr, tenant: &str, max_tokens: u32) -> Reply {
@@ -50,7 +61,9 @@ fn dropped(r: &Reply, reason: &str, llm_d: &str) {
 async fn a_tenant_over_its_rate_gets_429_with_the_reason_and_others_are_untouched() {
     let s = Setup::new(
         &["--timing", "zero"],
-        "tenants:\n  policies:\n    - name: capped\n      limits: { requests_per_second: 0.5, burst: 1 }\n",
+        &trusting_loopback(
+            "tenants:\n  policies:\n    - name: capped\n      limits: { requests_per_second: 0.5, burst: 1 }\n",
+        ),
     )
     .await;
     let addr = s.router.addr;
@@ -98,7 +111,7 @@ async fn api_keys_name_tenants_and_never_reach_the_engine() {
     let yaml = config_yaml(
         "tiny",
         &[addr],
-        "    metrics_path: null\ntenants:\n  require_api_key: true\n  policies:\n    - name: acme\n      api_keys: [sk-acme-0001]\n      limits: { max_concurrent_requests: 5 }\n",
+        "    metrics_path: null\ntenants:\n  require_api_key: true\n  trusted_sources: [127.0.0.0/8]\n  policies:\n    - name: acme\n      api_keys: [sk-acme-0001]\n      limits: { max_concurrent_requests: 5 }\n",
     );
     let rt = router(&yaml).await;
     let ok = send(
@@ -141,7 +154,7 @@ async fn api_keys_name_tenants_and_never_reach_the_engine() {
     // would answer 408 once the client timeout passed, or hold the connection until then.
     let status = refused_before_the_body(rt.addr, "Bearer sk-wrong-9999").await;
     assert!(status.starts_with("HTTP/1.1 401"), "{status}");
-    // Loopback is trusted by default: a gateway there may name the tenant instead.
+    // A trusted gateway (loopback here) may name the tenant instead.
     let named = as_tenant(rt.addr, "acme", 2).await;
     assert_eq!(named.status, 200, "{}", named.body);
     let m = router_metrics(rt.admin_addr).await;

@@ -569,8 +569,9 @@ async fn client_pd_fields_reach_no_engine_unless_trusted() {
     .to_string();
     let headers = [("x-prefiller-host-port", "10.9.9.9:8000")];
     for (trusted, extra) in [
+        (false, ""),
         (false, "tenants:\n  trusted_sources: [10.0.0.0/8]\n"),
-        (true, ""),
+        (true, "tenants:\n  trusted_sources: [127.0.0.0/8]\n"),
     ] {
         let rt = router(&config_yaml("tiny", &[addr], extra)).await;
         let r = send(rt.addr, "POST", "/v1/completions", &headers, body.clone())

@@ -506,11 +506,10 @@ async fn the_prefix_index_is_bounded_in_total() {
 /// `/healthz` and `/readyz` stay open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_metrics_can_require_a_bearer_token() {
-    let dir = std::env::temp_dir().join(format!("warmpath-admin-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, "s3cret-admin-token-0123\n").unwrap();
-    let extra = format!("admin_token_file: {:?}\n", token_file.display().to_string());
+    let extra = format!(
+        "admin_token_file: {}\n",
+        token_file("admin-token", "s3cret-admin-token-0123")
+    );
     let s = Setup::new(&["--timing", "zero"], &extra).await;
     let admin = s.router.admin_addr;
     wait_ready(admin).await;
@@ -546,5 +545,4 @@ async fn admin_metrics_can_require_a_bearer_token() {
     assert_eq!(get(admin, "/readyz").await.unwrap().status, 200);
     assert_eq!(get(admin, "/healthz").await.unwrap().status, 200);
     s.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

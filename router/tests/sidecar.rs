@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use warmpath_router::api::pd::nixl;
 use warmpath_router::config::PrefillFailure;
-use warmpath_router::sidecar::{self, AllowList, SidecarHandle, SidecarOptions};
+use warmpath_router::sidecar::{self, AllowList, CidrPorts, SidecarHandle, SidecarOptions};
 use warmpath_testkit::{completion_answer, nixl_prefill_answer, Recorder};
 
 const HEADER: &str = "x-prefiller-host-port";
@@ -32,10 +32,13 @@ async fn sidecar_with(
         listen: "127.0.0.1:0".parse().unwrap(),
         admin: "127.0.0.1:0".parse().unwrap(),
         engine: format!("http://{engine}").parse().unwrap(),
+        // The test servers listen on ports of their own: every port of the CIDRs serves
+        // (a_cidr_reaches_only_the_serving_ports tests the default).
         allow: AllowList::new(
             cidrs.iter().map(|c| c.parse().unwrap()).collect(),
             hosts.iter().map(|h| h.parse().unwrap()).collect(),
-        ),
+        )
+        .on_ports(CidrPorts::Any),
         ..SidecarOptions::default()
     };
     edit(&mut options);
@@ -332,6 +335,49 @@ async fn hosts_outside_the_allow_list_are_refused_and_never_called() {
 }
 
 #[tokio::test]
+async fn a_cidr_reaches_only_the_serving_ports() {
+    let (pre, eng) = (Recorder::default(), Recorder::default());
+    let p = pre.start(nixl_prefill_answer, Duration::ZERO).await;
+    let e = eng.start(completion_answer, Duration::ZERO).await;
+    let body = completion("hello", 2);
+
+    // By default a CIDR allows the ports of this pod's layout only: the prefill server's own
+    // port is neither the engine's nor the sidecar's, so it is never called (no port scan of
+    // the network through the sidecar either: every other port answers the same 403).
+    let sc = sidecar_with(e, &["127.0.0.0/8"], &[], |o| {
+        o.allow = o.allow.clone().on_ports(CidrPorts::Serving)
+    })
+    .await;
+    assert_eq!(
+        sc.allow_list().ports(),
+        &CidrPorts::Listed({
+            let mut ports = vec![e.port(), sc.addr.port()];
+            ports.sort_unstable();
+            ports
+        })
+    );
+    let r = post_via(&sc, "/v1/completions", Some(&p.to_string()), &body).await;
+    r.assert_error(403, "prefill_host_not_allowed");
+    let closed = dead_port();
+    let r = post_via(&sc, "/v1/completions", Some(&closed.to_string()), &body).await;
+    r.assert_error(403, "prefill_host_not_allowed");
+    assert!(pre.requests().is_empty(), "the prefill host was called");
+    assert!(eng.requests().is_empty(), "the engine was called");
+    sc.shutdown().await;
+
+    // Its port listed: the split runs there.
+    let sc = sidecar_with(e, &["127.0.0.0/8"], &[], |o| {
+        o.allow = o.allow.clone().on_ports(CidrPorts::Listed(vec![p.port()]))
+    })
+    .await;
+    let r = post_via(&sc, "/v1/completions", Some(&p.to_string()), &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(pre.requests().len(), 1);
+    assert_eq!(eng.requests().len(), 1);
+    sc.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_exact_prefill_host_entry_is_allowed_and_the_list_can_be_replaced() {
     let sim = sim(&["--timing", "zero", "--replicas", "2", "--kv-blocks", "256"]).await;
     let [p, d] = [sim.addrs()[0], sim.addrs()[1]];
@@ -358,7 +404,9 @@ async fn an_exact_prefill_host_entry_is_allowed_and_the_list_can_be_replaced() {
     r.assert_error(403, "prefill_host_not_allowed");
 
     // The seam for a cluster-fed list: replacing it takes effect for the next request.
-    sc.set_allow_list(AllowList::new(vec!["127.0.0.1".parse().unwrap()], vec![]));
+    sc.set_allow_list(
+        AllowList::new(vec!["127.0.0.1".parse().unwrap()], vec![]).on_ports(CidrPorts::Any),
+    );
     let r = post_via(
         &sc,
         "/v1/completions",
@@ -424,10 +472,11 @@ async fn a_failed_prefill_decodes_locally_or_fails_as_configured() {
     )
     .await;
     r.assert_error(502, "prefill_failed");
+    // The same words for every cause: nothing of the target or its answer reaches the client.
     let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(
-        message.contains("prefill") && message.contains(&dead.to_string()),
-        "{message}"
+    assert_eq!(
+        message,
+        "The prefill leg failed; the sidecar's log says why."
     );
     let m = sidecar_metrics(&sc).await;
     assert_eq!(outcome(&m, "failed"), 1.0, "{m}");
@@ -536,6 +585,12 @@ async fn the_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
                 (HEADER, &p.to_string()),
                 ("x-request-id", "client-req-1"),
                 ("x-tenant", "t1"),
+                ("cookie", "session=s1"),
+                ("authorization", "Bearer k1"),
+                (
+                    "traceparent",
+                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                ),
             ],
             client_body.clone(),
         )
@@ -558,8 +613,18 @@ async fn the_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
         assert_eq!(id.len(), 32, "{id}");
         assert_eq!(head.headers["content-type"], "application/json");
         assert_eq!(head.headers["host"], p.to_string().as_str());
-        assert_eq!(head.headers["x-tenant"], "t1");
-        assert!(head.headers.get(HEADER).is_none());
+        // The host the client named gets its credentials and trace context, nothing else.
+        assert_eq!(head.headers["authorization"], "Bearer k1");
+        assert!(head.headers["traceparent"]
+            .to_str()
+            .unwrap()
+            .starts_with("00-0af76519"));
+        for kept_here in ["x-tenant", "cookie", HEADER] {
+            assert!(
+                head.headers.get(kept_here).is_none(),
+                "{kept_here} reached the prefill host"
+            );
+        }
 
         let sent = eng.requests();
         assert_eq!(sent.len(), i + 1);
@@ -570,9 +635,71 @@ async fn the_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
         assert_eq!(head.headers["x-request-id"], "client-req-1");
         assert_eq!(head.headers["content-type"], "application/json");
         assert_eq!(head.headers["host"], e.to_string().as_str());
+        // The pod's own engine gets the client's request as it came.
         assert_eq!(head.headers["x-tenant"], "t1");
+        assert_eq!(head.headers["cookie"], "session=s1");
         assert!(head.headers.get(HEADER).is_none());
     }
+    sc.shutdown().await;
+}
+
+#[tokio::test]
+async fn only_the_engines_inference_health_and_metrics_paths_pass() {
+    let eng = Recorder::default();
+    let e = eng.start(completion_answer, Duration::ZERO).await;
+    let sc = sidecar_with(e, &["127.0.0.0/8"], &[], |o| {
+        o.engine_paths = vec!["/v1/audio-extra".to_owned()]
+    })
+    .await;
+    let mut passed = 0;
+    for (method, path) in [
+        ("GET", "/v1/models"),
+        ("GET", "/v1/models/tiny"),
+        ("GET", "/health"),
+        ("GET", "/metrics"),
+        ("POST", "/tokenize"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/v1/audio-extra/x"),
+    ] {
+        let r = send(sc.addr, method, path, &[], String::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        passed += 1;
+        assert_eq!(eng.requests().last().unwrap().0.uri.path(), path);
+    }
+    for (method, path) in [
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/sleep"),
+        ("POST", "/v1/load_lora_adapter"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/start_profile"),
+        ("GET", "/"),
+        ("GET", "/v1/modelsx"),
+        ("GET", "/healthz/../reset_prefix_cache"),
+        ("GET", "/health/../reset_prefix_cache"),
+        ("GET", "/v1/models/%2e%2e/%2e%2e/sleep"),
+        ("GET", "/metrics//x"),
+        ("POST", "/v1/completionsevil"),
+    ] {
+        let r = send(
+            sc.addr,
+            method,
+            path,
+            &[(HEADER, "127.0.0.1:9")],
+            "{}".to_owned(),
+        )
+        .await
+        .unwrap();
+        r.assert_error(404, "path_not_served");
+    }
+    assert_eq!(
+        eng.requests().len(),
+        passed,
+        "a refused path reached the engine"
+    );
+    let m = sidecar_metrics(&sc).await;
+    assert_eq!(outcome(&m, "not_served"), 12.0, "{m}");
     sc.shutdown().await;
 }
 

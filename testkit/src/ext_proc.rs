@@ -186,10 +186,25 @@ pub type Sender = mpsc::Sender<ProcessingRequest>;
 
 /// A new ext_proc stream: the Gateway's side to send on, the picker's answers.
 pub async fn open(client: &mut Client) -> Result<(Sender, Streaming<ProcessingResponse>), Status> {
+    open_as(client, None).await
+}
+
+/// [`open`], with `authorization` in the stream's metadata as a Gateway configured with a
+/// token sends it.
+pub async fn open_as(
+    client: &mut Client,
+    authorization: Option<&str>,
+) -> Result<(Sender, Streaming<ProcessingResponse>), Status> {
     let (tx, rx) = mpsc::channel(64);
     let outbound =
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
-    let inbound = client.process(outbound).await?.into_inner();
+    let mut request = tonic::Request::new(outbound);
+    if let Some(value) = authorization {
+        request
+            .metadata_mut()
+            .insert("authorization", value.parse().expect("ASCII metadata"));
+    }
+    let inbound = client.process(request).await?.into_inner();
     Ok((tx, inbound))
 }
 
@@ -328,7 +343,16 @@ pub async fn upstream(
 
 /// One request through the Gateway in GIE's mode (bodies in full duplex).
 pub async fn through(client: &mut Client, call: &Call) -> Result<Told, Status> {
-    let (tx, mut inbound) = open(client).await?;
+    through_as(client, call, None).await
+}
+
+/// [`through`] on a stream opened with [`open_as`].
+pub async fn through_as(
+    client: &mut Client,
+    call: &Call,
+    authorization: Option<&str>,
+) -> Result<Told, Status> {
+    let (tx, mut inbound) = open_as(client, authorization).await?;
     let mut told = Told::default();
     tx.send(headers_message(call)).await.unwrap();
     if !call.body.is_empty() {

@@ -43,9 +43,16 @@ pub struct AdminState {
     pub started: Instant,
 }
 
-/// The admin listener's bearer token.
-#[derive(Clone)]
+/// A bearer token: the admin listener's (`admin_token_file`), the endpoint picker's
+/// (`endpoint_picker.token_file`). Kept as its SHA-256, compared as one.
+#[derive(Clone, Copy)]
 pub struct AdminToken([u8; 32]);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
 
 impl AdminToken {
     /// From a file holding the token (surrounding whitespace ignored).
@@ -56,9 +63,13 @@ impl AdminToken {
 
     /// Whether `headers` carry `Authorization: Bearer <this token>`.
     fn allows(&self, headers: &http::HeaderMap) -> bool {
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        self.matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+    }
+
+    /// Whether an `Authorization` value is `Bearer <this token>`.
+    pub(crate) fn matches(&self, authorization: Option<&[u8]>) -> bool {
+        authorization
+            .and_then(|v| v.strip_prefix(b"Bearer "))
             .is_some_and(|t| <[u8; 32]>::from(Sha256::digest(t.trim_ascii())) == self.0)
     }
 }

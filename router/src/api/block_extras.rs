@@ -141,7 +141,7 @@ mod tests {
                     );
                 }
             }
-            assert_eq!(index.is_adapter("sql-lora"), adapter.is_some());
+            assert_eq!(index.is_adapter_on("sql-lora", [0]), adapter.is_some());
         }
     }
 

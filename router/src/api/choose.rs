@@ -455,8 +455,9 @@ fn precise_matches(
     // Keys per block size (one in practice: a pool's engines share it).
     let mut keys: Vec<(usize, Vec<u64>)> = Vec::new();
     let index = precise.lock();
-    let adapter =
-        (prompt.declared_adapter || index.is_adapter(prompt.model)).then_some(prompt.model);
+    let adapter = (prompt.declared_adapter
+        || index.is_adapter_on(prompt.model, ready.iter().map(|c| c.replica.id)))
+    .then_some(prompt.model);
     let extras = BlockExtras::new(adapter, prompt.salt);
     let tokens = prompt.tokens;
     let mut out = [0u32];

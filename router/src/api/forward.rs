@@ -330,7 +330,14 @@ fn respond(
             }
             Outcome::Failed(kind) => {
                 metrics.upstream_error(&inflight.replica().name, kind);
-                table.answer_failed(inflight.replica(), &model);
+                if kind == "idle" {
+                    // Silent while it answered others: this request's doing (a preempted or
+                    // crafted request), not the replica's. The silence began `idle` ago.
+                    let silent_since = Instant::now().checked_sub(idle).unwrap_or(forwarded);
+                    table.answer_timed_out(inflight.replica(), &model, silent_since.max(forwarded));
+                } else {
+                    table.answer_failed(inflight.replica(), &model);
+                }
             }
         }
         metrics.count(&route, status);

@@ -55,7 +55,7 @@ where
     }
 
     fn call(&mut self, mut read: Read) -> Self::Future {
-        let features = match features(
+        let mut features = match features(
             read.ctx.endpoint,
             &read.body,
             &read.head.headers,
@@ -65,6 +65,9 @@ where
             Err(rejection) => return Either::Right(ready(Err(rejection))),
         };
         let peer = crate::tenants::PeerAddr::ip_of(&read.head.extensions);
+        if features.session.id.is_some() {
+            features.session.client = Some(session_client(&read.head.extensions, peer));
+        }
         if !read.ctx.table.tenants.trusts(peer) {
             read.head.headers.remove(super::forward::PREFILLER_HEADER);
             if features.pd_fields {
@@ -86,6 +89,21 @@ where
             inner: self.inner.call(Parsed { read, features }),
             model,
         })
+    }
+}
+
+/// Whose share of the session map a new session id counts against: the tenant the request
+/// proved (an API key, or a tenant header from a trusted source), else the address it came from.
+fn session_client(
+    extensions: &http::Extensions,
+    peer: Option<std::net::IpAddr>,
+) -> std::sync::Arc<str> {
+    use crate::tenants::{Identity, Via};
+    match extensions.get::<Identity>() {
+        Some(identity) if identity.via != Via::Default => {
+            format!("tenant:{}", identity.tenant.name).into()
+        }
+        _ => peer.map_or_else(|| "unknown".into(), |ip| format!("ip:{ip}").into()),
     }
 }
 
@@ -157,6 +175,7 @@ fn session_of(
     crate::sessions::SessionRef {
         id,
         token: text(&config.token_header),
+        client: None,
     }
 }
 

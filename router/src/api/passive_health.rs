@@ -73,6 +73,7 @@ where
         let request = chosen.request.clone();
         Observed {
             inner: self.inner.call(chosen),
+            sent: Instant::now(),
             replica,
             request,
             index: self.index.clone(),
@@ -84,6 +85,9 @@ where
 /// Forwarding's outcome on its way back, read for what it says about the replica.
 pub struct Observed<F> {
     inner: F,
+    /// When the request went to the replica: a timeout counts against the replica only if it
+    /// answered nothing since.
+    sent: Instant,
     replica: Arc<ReplicaState>,
     /// Its table's health settings and the model's pool, read only when an answer fails.
     request: Arc<Admitted>,
@@ -123,7 +127,11 @@ impl<F> Observed<F> {
                 }
             }
             (UpstreamError::Timeout(_), _) => {
-                self.answer_failed();
+                self.request.ctx().table.answer_timed_out(
+                    &self.replica,
+                    &self.request.features().model,
+                    self.sent,
+                );
                 AttemptError::Failed(ApiError::upstream_timeout(&replica.name))
             }
             (UpstreamError::Other(err), _) => {

@@ -1,6 +1,7 @@
 //! The outermost layer: every request gets an `x-request-id` (the client's when it sent a usable
 //! one, else a fresh one), forwarded to the replica and echoed in the answer, and one access-log
-//! line (at debug level, so it costs nothing unless asked for).
+//! line (at debug level, so it costs nothing unless asked for). The client's hop-by-hop headers
+//! end here too.
 
 use crate::errors::RespBody;
 use http::header::HeaderName;
@@ -68,6 +69,10 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        // The client's hop-by-hop headers (and those its `Connection` names) stop here, before
+        // the router adds its own: stripped later, at forwarding, a client could name the
+        // router's headers (its request id, the P/D header it sets) and have them removed.
+        crate::api::forward::strip_hop_by_hop(req.headers_mut(), false);
         let id = request_id(&req);
         req.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
         let log = tracing::enabled!(tracing::Level::DEBUG).then(|| {

@@ -6,7 +6,7 @@ use super::FieldPath;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointPickerConfig {
     /// Where the ext_proc gRPC server listens (h2c); absent: no endpoint picker. Read at start.
@@ -20,6 +20,11 @@ pub struct EndpointPickerConfig {
     /// ext_proc streams open at once (one per request in flight through the Gateway); more are
     /// refused with RESOURCE_EXHAUSTED. Read at start.
     pub max_streams: usize,
+    /// File holding a bearer token (at least 16 bytes) the Gateway must send in every stream's
+    /// gRPC metadata (`authorization: Bearer <token>`, Envoy's `grpc_service.initial_metadata`);
+    /// streams without it are refused with UNAUTHENTICATED. Absent: no token is asked (keep
+    /// the port to the Gateway with a NetworkPolicy). Read at start.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for EndpointPickerConfig {
@@ -28,6 +33,7 @@ impl Default for EndpointPickerConfig {
             listen: None,
             failure_mode: FailureMode::Closed,
             max_streams: 10_000,
+            token_file: None,
         }
     }
 }

@@ -138,6 +138,10 @@ impl Config {
             v("shutdown", &self.shutdown),
             v("sessions.key_file", &s.key_file),
             v("sessions.max_sessions", &s.max_sessions),
+            v(
+                "sessions.max_sessions_per_client",
+                &s.max_sessions_per_client,
+            ),
             v("sessions.idle_ttl_s", &s.idle_ttl_s),
             v("limits.max_connections", &l.max_connections),
             v("limits.max_buffered_body_bytes", &l.max_buffered_body_bytes),
@@ -158,6 +162,10 @@ impl Config {
             v("index.pending_grace_ms", &i.pending_grace_ms),
             v("flow.limiters.max_tenants", &self.flow.limiters.max_tenants),
             v("endpoint_picker.listen", &self.endpoint_picker.listen),
+            v(
+                "endpoint_picker.token_file",
+                &self.endpoint_picker.token_file,
+            ),
             v("peers", &self.peers),
             v(
                 "endpoint_picker.max_streams",

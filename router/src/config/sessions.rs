@@ -25,7 +25,12 @@ pub struct SessionsConfig {
     /// Sessions remembered server-side (for clients that cannot echo the token); the least
     /// recently seen are forgotten past it.
     pub max_sessions: usize,
-    /// A session not seen for this long is forgotten.
+    /// Sessions one client (its tenant when it proved one, else its address) may hold in the
+    /// map; past it, its own least recently seen is forgotten, so that a client inventing
+    /// session ids cannot flush the others'.
+    pub max_sessions_per_client: usize,
+    /// A session not seen for this long is forgotten, and a token this long after its answer
+    /// is no longer honoured.
     pub idle_ttl_s: u64,
     /// Affinity yields when the session's replica has more than this many more requests ahead
     /// of a new one (in flight and queued in the engine) than the replica the scheduler chose.
@@ -41,6 +46,7 @@ impl Default for SessionsConfig {
             token_header: "x-session-token".into(),
             key_file: None,
             max_sessions: 100_000,
+            max_sessions_per_client: 25_000,
             idle_ttl_s: 1800,
             max_extra_queue: 8,
         }
@@ -62,6 +68,12 @@ impl SessionsConfig {
         }
         if self.max_sessions == 0 {
             return Err((at.key("max_sessions"), "must be at least 1".into()));
+        }
+        if self.max_sessions_per_client == 0 {
+            return Err((
+                at.key("max_sessions_per_client"),
+                "must be at least 1".into(),
+            ));
         }
         if self.idle_ttl_s == 0 {
             return Err((at.key("idle_ttl_s"), "must be at least 1".into()));

@@ -23,8 +23,9 @@ pub struct TenantsConfig {
     /// keys, the header is otherwise removed (a tenant's key is the router's business, not the
     /// engine's); with no keys configured it passes untouched (an engine's own `--api-key`).
     pub forward_api_key: bool,
-    /// Peers (CIDRs) whose tenant headers are believed; from anyone else they are ignored.
-    /// Default: loopback only (a gateway or sidecar in the same pod).
+    /// Peers (CIDRs) whose tenant headers are believed (and who may send prefill/decode
+    /// fields); from anyone else they are ignored. Default: none. Loopback is not trusted by
+    /// default: a mesh proxy in the pod would make every client it forwards trusted.
     pub trusted_sources: Vec<IpNet>,
     /// Headers that name the tenant, first present wins (from trusted sources only).
     pub headers: Vec<String>,
@@ -40,10 +41,7 @@ impl Default for TenantsConfig {
         Self {
             require_api_key: false,
             forward_api_key: false,
-            trusted_sources: vec![
-                "127.0.0.0/8".parse().expect("a CIDR"),
-                "::1/128".parse().expect("a CIDR"),
-            ],
+            trusted_sources: Vec::new(),
             headers: vec![
                 "x-warmpath-tenant".to_owned(),
                 "x-llm-d-inference-fairness-id".to_owned(),

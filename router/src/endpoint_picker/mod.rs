@@ -60,6 +60,8 @@ pub struct Options {
     pub max_message_bytes: usize,
     pub body_budget_bytes: usize,
     pub drain: Duration,
+    /// Asked of every stream when set (`endpoint_picker.token_file`, read by the caller).
+    pub token: Option<crate::admin::AdminToken>,
 }
 
 impl Options {
@@ -71,6 +73,7 @@ impl Options {
             max_message_bytes: config.limits.max_body_bytes.saturating_add(1 << 20),
             body_budget_bytes: config.limits.max_buffered_body_bytes,
             drain: Duration::from_millis(config.shutdown.drain_ms),
+            token: None,
         }
     }
 }
@@ -83,6 +86,7 @@ const OUTBOUND_QUEUE: usize = 16;
 struct Picker {
     shared: Arc<stream::Shared>,
     streams: Arc<Semaphore>,
+    token: Option<crate::admin::AdminToken>,
 }
 
 /// The answers of one stream; its slot among the open streams goes when the Gateway drops it.
@@ -107,6 +111,18 @@ impl ExternalProcessor for Picker {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Outbound>, Status> {
+        // Before anything is held or read: a caller without the token gets nothing.
+        if let Some(token) = &self.token {
+            let authorization = request
+                .metadata()
+                .get("authorization")
+                .map(|v| v.as_bytes());
+            if !token.matches(authorization) {
+                return Err(Status::unauthenticated(
+                    "the endpoint picker asks for `authorization: Bearer <token>` in the stream's metadata",
+                ));
+            }
+        }
         let slot = self.streams.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted("the endpoint picker has as many streams open as it may")
         })?;
@@ -144,6 +160,7 @@ pub async fn serve(
             cut: cut_rx,
         }),
         streams: Arc::new(Semaphore::new(options.max_streams)),
+        token: options.token,
     };
     let service =
         ExternalProcessorServer::new(picker).max_decoding_message_size(options.max_message_bytes);

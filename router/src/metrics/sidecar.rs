@@ -48,7 +48,7 @@ impl SidecarMetrics {
         };
         registry.register(
             "sidecar_requests",
-            "Requests the P/D sidecar answered, by outcome: local, split, fallback_decode, failed, forbidden, bad_request",
+            "Requests the P/D sidecar answered, by outcome: local, split, fallback_decode, failed, forbidden, bad_request, not_served",
             metrics.requests.clone(),
         );
         registry.register(

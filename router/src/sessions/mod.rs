@@ -4,11 +4,15 @@
 //!
 //! Two ways to remember a session's home, so that any number of router replicas agree:
 //! - a token on every answer (`x-session-token`, llm-d's name and form: the replica's name,
-//!   base64) with an HMAC-SHA256 tag, which the client echoes; any router holding the same key
-//!   honours it, and a client cannot aim at a replica of its choosing (a tampered token is
-//!   ignored);
+//!   base64) with its expiry and an HMAC-SHA256 tag over both, which the client echoes; any
+//!   router holding the same key honours it until it expires (the session's idle TTL: each
+//!   answer renews it), and a client cannot aim at a replica of its choosing nor keep a token
+//!   alive for ever (a tampered or expired token is ignored);
 //! - a bounded server-side map from the session id (`x-session-id`, or the OpenAI `user` field
-//!   when configured) with an idle TTL, for clients that cannot echo headers (per router).
+//!   when configured) with an idle TTL, for clients that cannot echo headers (per router). Each
+//!   client (its tenant when it proved one, else its address) holds at most
+//!   `max_sessions_per_client` of it: a client that invents session ids churns through its own
+//!   share, never through the others' sessions.
 //!
 //! Affinity is a strong preference, not a pin ([`affinity`]): it yields when the home is gone or
 //! not ready, when another replica holds more of the prompt (the prefix index already knows
@@ -38,6 +42,9 @@ pub struct SessionRef {
     pub id: Option<String>,
     /// The token the client echoed (unverified).
     pub token: Option<String>,
+    /// Who sent it (its tenant, or its address): whose share of the map a new id counts
+    /// against. `None`: counted against no one's share (the map's own bound still holds).
+    pub client: Option<Arc<str>>,
 }
 
 impl SessionRef {
@@ -71,86 +78,175 @@ impl TokenKey {
         Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length")
     }
 
-    /// The token naming `replica`: `base64(name).base64(tag)`.
-    pub fn sign(&self, replica: &str) -> String {
+    /// The tag over a replica's name and an expiry.
+    fn tagged(&self, replica: &[u8], expires: [u8; 8]) -> Hmac<Sha256> {
         let mut mac = self.mac();
-        mac.update(replica.as_bytes());
-        let tag = mac.finalize().into_bytes();
+        mac.update(replica);
+        // The name is any bytes: the separator and the fixed-width expiry keep the two apart.
+        mac.update(&[0]);
+        mac.update(&expires);
+        mac
+    }
+
+    /// The token naming `replica` until `expires` (Unix seconds):
+    /// `base64(name).base64(expiry).base64(tag)`.
+    pub fn sign(&self, replica: &str, expires: u64) -> String {
+        let expires = expires.to_be_bytes();
+        let tag = self
+            .tagged(replica.as_bytes(), expires)
+            .finalize()
+            .into_bytes();
         format!(
-            "{}.{}",
+            "{}.{}.{}",
             URL_SAFE_NO_PAD.encode(replica),
+            URL_SAFE_NO_PAD.encode(expires),
             URL_SAFE_NO_PAD.encode(&tag[..TAG_BYTES])
         )
     }
 
-    /// The replica a token names, if this key signed it.
-    pub fn verify(&self, token: &str) -> Option<String> {
-        let (name, tag) = token.trim().split_once('.')?;
+    /// The replica a token names, if this key signed it and it has not expired by `now` (Unix
+    /// seconds).
+    pub fn verify(&self, token: &str, now: u64) -> Option<String> {
+        let mut parts = token.trim().split('.');
+        let (name, expires, tag) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
         let name = URL_SAFE_NO_PAD.decode(name).ok()?;
+        let expires: [u8; 8] = URL_SAFE_NO_PAD.decode(expires).ok()?.try_into().ok()?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
         if tag.len() != TAG_BYTES {
             return None;
         }
-        let mut mac = self.mac();
-        mac.update(&name);
-        mac.verify_truncated_left(&tag).ok()?;
+        self.tagged(&name, expires)
+            .verify_truncated_left(&tag)
+            .ok()?;
+        if u64::from_be_bytes(expires) <= now {
+            return None;
+        }
         String::from_utf8(name).ok()
     }
 }
 
-/// Session id → its home replica's name, bounded in entries, forgetting idle sessions.
+/// Session id → its home replica's name, bounded in entries and in each client's share,
+/// forgetting idle sessions.
 #[derive(Debug)]
 pub struct SessionMap {
     max: usize,
+    max_per_client: usize,
     ttl: Duration,
-    homes: HashMap<Arc<str>, (Arc<str>, Instant)>,
+    homes: HashMap<Arc<str>, Home>,
     /// Sessions in the order they were last seen, with that time (an entry whose time differs
     /// from the map's is stale and skipped).
     order: VecDeque<(Instant, Arc<str>)>,
+    /// Each client's sessions, the same way: its share's own order.
+    clients: HashMap<Arc<str>, Share>,
+}
+
+#[derive(Debug)]
+struct Home {
+    replica: Arc<str>,
+    seen: Instant,
+    /// The client whose share it counts against (the one that named it first).
+    client: Option<Arc<str>>,
+}
+
+#[derive(Debug, Default)]
+struct Share {
+    count: usize,
+    order: VecDeque<(Instant, Arc<str>)>,
+}
+
+/// Order entries beyond twice the live ones (plus this) are swept out.
+const ORDER_SLACK: usize = 64;
+
+/// Whether an order entry (seen at `t`, in `client`'s share) is the session's latest.
+fn is_current(home: &Home, t: Instant, client: &str) -> bool {
+    home.seen == t && home.client.as_deref() == Some(client)
 }
 
 impl SessionMap {
-    pub fn new(max: usize, ttl: Duration) -> Self {
+    pub fn new(max: usize, max_per_client: usize, ttl: Duration) -> Self {
         Self {
             max: max.max(1),
+            max_per_client: max_per_client.max(1),
             ttl,
             homes: HashMap::new(),
             order: VecDeque::new(),
+            clients: HashMap::new(),
         }
     }
 
     /// New bounds (a configuration reload); shrinking forgets the least recently seen.
-    pub fn set_limits(&mut self, max: usize, ttl: Duration) {
+    pub fn set_limits(&mut self, max: usize, max_per_client: usize, ttl: Duration) {
         self.max = max.max(1);
+        self.max_per_client = max_per_client.max(1);
         self.ttl = ttl;
     }
 
     /// The session's home, if it was seen within the TTL.
     pub fn get(&self, id: &str, now: Instant) -> Option<&str> {
-        let (home, seen) = self.homes.get(id)?;
-        (now.saturating_duration_since(*seen) < self.ttl).then_some(&**home)
+        let h = self.homes.get(id)?;
+        (now.saturating_duration_since(h.seen) < self.ttl).then_some(&*h.replica)
     }
 
-    /// Record that the session was just served by `home`.
-    pub fn set(&mut self, id: &str, home: &str, now: Instant) {
+    /// Record that the session was just served by `home`, on behalf of `client`. A client at
+    /// its share that names a new session forgets its own least recently seen one.
+    pub fn set(&mut self, id: &str, home: &str, client: Option<&str>, now: Instant) {
         self.expire(now);
-        let id: Arc<str> = match self.homes.get_key_value(id) {
-            Some((k, _)) => k.clone(),
-            None => id.into(),
+        let (id, owner) = match self.homes.get_key_value(id) {
+            Some((k, h)) => (k.clone(), h.client.clone()),
+            None => {
+                let owner = client.map(|c| match self.clients.get_key_value(c) {
+                    Some((k, _)) => k.clone(),
+                    None => Arc::<str>::from(c),
+                });
+                if let Some(c) = &owner {
+                    while self
+                        .clients
+                        .get(c)
+                        .is_some_and(|share| share.count >= self.max_per_client)
+                    {
+                        self.pop_oldest_of(c);
+                    }
+                }
+                (Arc::<str>::from(id), owner)
+            }
         };
-        let home: Arc<str> = match self.homes.get(&id) {
-            Some((h, _)) if &**h == home => h.clone(),
+        let replica: Arc<str> = match self.homes.get(&id) {
+            Some(h) if &*h.replica == home => h.replica.clone(),
             _ => home.into(),
         };
-        self.homes.insert(id.clone(), (home, now));
-        self.order.push_back((now, id));
+        let fresh = self
+            .homes
+            .insert(
+                id.clone(),
+                Home {
+                    replica,
+                    seen: now,
+                    client: owner.clone(),
+                },
+            )
+            .is_none();
+        self.order.push_back((now, id.clone()));
+        if let Some(c) = owner {
+            let share = self.clients.entry(c.clone()).or_default();
+            share.count += usize::from(fresh);
+            if share.order.len() >= 2 * share.count + ORDER_SLACK {
+                let homes = &self.homes;
+                share
+                    .order
+                    .retain(|(t, id)| homes.get(id).is_some_and(|h| is_current(h, *t, &c)));
+            }
+            share.order.push_back((now, id));
+        }
         while self.homes.len() > self.max {
             self.pop_oldest();
         }
-        if self.order.len() > 2 * self.homes.len() + 64 {
+        if self.order.len() > 2 * self.homes.len() + ORDER_SLACK {
             let homes = &self.homes;
             self.order
-                .retain(|(t, id)| homes.get(id).is_some_and(|(_, seen)| seen == t));
+                .retain(|(t, id)| homes.get(id).is_some_and(|h| h.seen == *t));
         }
     }
 
@@ -166,9 +262,52 @@ impl SessionMap {
 
     fn pop_oldest(&mut self) {
         while let Some((t, id)) = self.order.pop_front() {
-            if self.homes.get(&id).is_some_and(|(_, seen)| *seen == t) {
-                self.homes.remove(&id);
+            if self.homes.get(&id).is_some_and(|h| h.seen == t) {
+                self.forget(&id);
                 return;
+            }
+        }
+    }
+
+    /// Forget `client`'s least recently seen session.
+    fn pop_oldest_of(&mut self, client: &str) {
+        loop {
+            let Some((t, id)) = self
+                .clients
+                .get_mut(client)
+                .and_then(|s| s.order.pop_front())
+            else {
+                // Its order ran dry though it counts sessions: cannot happen, but never loop.
+                self.clients.remove(client);
+                return;
+            };
+            if self
+                .homes
+                .get(&id)
+                .is_some_and(|h| is_current(h, t, client))
+            {
+                self.forget(&id);
+                return;
+            }
+        }
+    }
+
+    /// Remove a session and its count in its client's share.
+    fn forget(&mut self, id: &str) {
+        let Some(home) = self.homes.remove(id) else {
+            return;
+        };
+        if let Some(c) = home.client {
+            if let Some(share) = self.clients.get_mut(&c) {
+                share.count -= 1;
+                if share.count == 0 {
+                    self.clients.remove(&c);
+                } else if share.order.len() > 2 * share.count + ORDER_SLACK {
+                    let homes = &self.homes;
+                    share
+                        .order
+                        .retain(|(t, id)| homes.get(id).is_some_and(|h| is_current(h, *t, &c)));
+                }
             }
         }
     }
@@ -179,6 +318,11 @@ impl SessionMap {
 
     pub fn is_empty(&self) -> bool {
         self.homes.is_empty()
+    }
+
+    /// Clients holding at least one session.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
     }
 }
 
@@ -254,15 +398,26 @@ pub fn affinity(
 #[derive(Debug)]
 pub struct Sessions {
     pub key: TokenKey,
+    /// How long a token is honoured after its answer (the idle TTL).
+    token_ttl: Duration,
     pub map: parking_lot::Mutex<SessionMap>,
+}
+
+/// Seconds since the Unix epoch: tokens expire by the wall clock, which every router shares.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Sessions {
     pub fn new(key: TokenKey, config: &crate::config::SessionsConfig) -> Self {
         Self {
             key,
+            token_ttl: Duration::from_secs(config.idle_ttl_s),
             map: parking_lot::Mutex::new(SessionMap::new(
                 config.max_sessions,
+                config.max_sessions_per_client,
                 Duration::from_secs(config.idle_ttl_s),
             )),
         }
@@ -279,7 +434,11 @@ impl Sessions {
 
     /// The home a request's session names: its valid token first, else the map's entry.
     pub fn home(&self, session: &SessionRef, now: Instant) -> Option<String> {
-        if let Some(home) = session.token.as_deref().and_then(|t| self.key.verify(t)) {
+        if let Some(home) = session
+            .token
+            .as_deref()
+            .and_then(|t| self.key.verify(t, unix_now()))
+        {
             return Some(home);
         }
         let id = session.id.as_deref()?;
@@ -289,8 +448,11 @@ impl Sessions {
     /// Record where the session went; the token to answer with.
     pub fn record(&self, session: &SessionRef, replica: &str, now: Instant) -> String {
         if let Some(id) = session.id.as_deref() {
-            self.map.lock().set(id, replica, now);
+            self.map
+                .lock()
+                .set(id, replica, session.client.as_deref(), now);
         }
-        self.key.sign(replica)
+        self.key
+            .sign(replica, unix_now().saturating_add(self.token_ttl.as_secs()))
     }
 }

@@ -7,8 +7,12 @@
 //!   `dns-name:PORT`, port 1-65535; anything else is malformed (400). Unspecified, multicast
 //!   and broadcast addresses are malformed too: they never name a prefill pod, and `0.0.0.0`
 //!   would reach this very pod.
-//! - An IP literal is allowed when a CIDR of the [`AllowList`] contains it (any port), or when
-//!   it is listed exactly (`--prefill-host`). IPv4-mapped IPv6 addresses count as their IPv4.
+//! - An IP literal is allowed when a CIDR of the [`AllowList`] contains it and its port is a
+//!   serving port ([`CidrPorts`]: by default the ports of this pod's own layout, the local
+//!   engine's and the sidecar's, since prefill pods run the same engine; `--prefill-port` names
+//!   others), or when it is listed exactly (`--prefill-host`). A CIDR alone would let a client
+//!   reach every port of every pod in it (kubelets, admin ports, databases) and tell open ports
+//!   from closed ones. IPv4-mapped IPv6 addresses count as their IPv4.
 //! - A name is allowed only when listed exactly, port included. Names are never resolved to
 //!   be matched against CIDRs: what a name resolves to can change between the check and the
 //!   connection (DNS rebinding), so only the operator's own list vouches for one.
@@ -249,17 +253,98 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// The ports an address allowed by a CIDR may be called on (an exact `--prefill-host` entry
+/// names its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum CidrPorts {
+    /// The serving ports of this pod's layout (the local engine's and the sidecar's listen
+    /// port), which [`super::start`] fills in: prefill pods run the same engine on the same
+    /// port, or the same sidecar in front of it.
+    #[default]
+    Serving,
+    /// Exactly these (`--prefill-port`).
+    Listed(Vec<u16>),
+    /// Every port (`--prefill-port any`): the operator says every port of the networks serves
+    /// prefills.
+    Any,
+}
+
+/// Why `--prefill-port` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortsError {
+    #[error("`{0}`: a port is a number from 1 to 65535, or `any`")]
+    Port(String),
+    #[error("`any` allows every port: it cannot be given with ports")]
+    AnyWithPorts,
+}
+
+impl CidrPorts {
+    /// From `--prefill-port` values: none is [`Self::Serving`], `any` alone is [`Self::Any`].
+    pub fn from_flags(values: &[String]) -> Result<Self, PortsError> {
+        if values.is_empty() {
+            return Ok(Self::Serving);
+        }
+        if values.iter().any(|v| v.trim() == "any") {
+            return if values.len() == 1 {
+                Ok(Self::Any)
+            } else {
+                Err(PortsError::AnyWithPorts)
+            };
+        }
+        values
+            .iter()
+            .map(|v| {
+                let v = v.trim();
+                v.bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| v.parse::<u16>().ok())
+                    .flatten()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| PortsError::Port(v.to_owned()))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self::Listed)
+    }
+}
+
 /// The prefill hosts the sidecar may call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowList {
     cidrs: Vec<Cidr>,
     hosts: Vec<PrefillTarget>,
+    ports: CidrPorts,
 }
 
 impl AllowList {
-    /// `cidrs`: IP literals in these networks, any port. `hosts`: exactly these `HOST:PORT`.
+    /// `cidrs`: IP literals in these networks, on the serving ports ([`CidrPorts::Serving`];
+    /// see [`Self::on_ports`]). `hosts`: exactly these `HOST:PORT`.
     pub fn new(cidrs: Vec<Cidr>, hosts: Vec<PrefillTarget>) -> Self {
-        Self { cidrs, hosts }
+        Self {
+            cidrs,
+            hosts,
+            ports: CidrPorts::Serving,
+        }
+    }
+
+    /// The ports the CIDRs' addresses may be called on.
+    pub fn on_ports(mut self, ports: CidrPorts) -> Self {
+        self.ports = ports;
+        self
+    }
+
+    /// [`CidrPorts::Serving`] made concrete: these ports.
+    pub(crate) fn serving_on(mut self, serving: &[u16]) -> Self {
+        if self.ports == CidrPorts::Serving {
+            let mut ports = serving.to_vec();
+            ports.sort_unstable();
+            ports.dedup();
+            self.ports = CidrPorts::Listed(ports);
+        }
+        self
+    }
+
+    pub fn ports(&self) -> &CidrPorts {
+        &self.ports
     }
 
     /// Nothing is allowed.
@@ -272,9 +357,15 @@ impl AllowList {
     }
 
     pub fn allows(&self, target: &PrefillTarget) -> bool {
+        let port_serves = match &self.ports {
+            CidrPorts::Any => true,
+            CidrPorts::Listed(ports) => ports.contains(&target.port),
+            // Not yet made concrete: no port is known to serve.
+            CidrPorts::Serving => false,
+        };
         self.hosts.contains(target)
             || match target.host {
-                PrefillHost::Ip(ip) => self.cidrs.iter().any(|c| c.contains(ip)),
+                PrefillHost::Ip(ip) => port_serves && self.cidrs.iter().any(|c| c.contains(ip)),
                 PrefillHost::Name(_) => false,
             }
     }
@@ -385,7 +476,8 @@ mod tests {
         let list = AllowList::new(
             vec!["127.0.0.0/8".parse().unwrap()],
             vec![t("prefill.ns.svc:8000"), t("[fd00::5]:9000")],
-        );
+        )
+        .on_ports(CidrPorts::Any);
         assert!(list.allows(&t("127.0.0.1:1")));
         assert!(list.allows(&t("127.9.9.9:65535")));
         assert!(!list.allows(&t("10.0.0.1:80")));
@@ -395,5 +487,61 @@ mod tests {
         assert!(!list.allows(&t("prefill.ns.svc:8001")));
         assert!(list.allows(&t("[fd00:0::5]:9000")));
         assert!(!list.allows(&t("[fd00::5]:9001")));
+    }
+
+    #[test]
+    fn a_cidr_allows_only_the_serving_ports_unless_told_otherwise() {
+        let cidrs = || vec!["10.0.0.0/8".parse().unwrap()];
+        let exact = || vec![t("10.9.9.9:7000")];
+        // Not yet made concrete: nothing by CIDR, exact entries still.
+        let unresolved = AllowList::new(cidrs(), exact());
+        assert!(!unresolved.allows(&t("10.1.1.1:8000")));
+        assert!(unresolved.allows(&t("10.9.9.9:7000")));
+        // The pod's own layout: engine on 8000, sidecar on 8080.
+        let serving = AllowList::new(cidrs(), exact()).serving_on(&[8000, 8080, 8000]);
+        assert_eq!(serving.ports(), &CidrPorts::Listed(vec![8000, 8080]));
+        assert!(serving.allows(&t("10.1.1.1:8000")));
+        assert!(serving.allows(&t("10.1.1.1:8080")));
+        for other in [
+            "10.1.1.1:10250",
+            "10.1.1.1:9090",
+            "10.1.1.1:22",
+            "10.9.9.9:8001",
+        ] {
+            assert!(!serving.allows(&t(other)), "{other}");
+        }
+        assert!(serving.allows(&t("10.9.9.9:7000")));
+        // Listed ports are kept as they are; so is `any`.
+        let listed = AllowList::new(cidrs(), vec![])
+            .on_ports(CidrPorts::Listed(vec![8200]))
+            .serving_on(&[8000]);
+        assert!(listed.allows(&t("10.1.1.1:8200")));
+        assert!(!listed.allows(&t("10.1.1.1:8000")));
+        let any = AllowList::new(cidrs(), vec![])
+            .on_ports(CidrPorts::Any)
+            .serving_on(&[8000]);
+        assert!(any.allows(&t("10.1.1.1:1")));
+        assert!(!any.allows(&t("192.168.1.1:8000")));
+    }
+
+    #[test]
+    fn port_flags_parse_strictly() {
+        let flags = |v: &[&str]| {
+            CidrPorts::from_flags(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(flags(&[]), Ok(CidrPorts::Serving));
+        assert_eq!(flags(&["any"]), Ok(CidrPorts::Any));
+        assert_eq!(
+            flags(&["8000", " 8200"]),
+            Ok(CidrPorts::Listed(vec![8000, 8200]))
+        );
+        assert_eq!(flags(&["any", "8000"]), Err(PortsError::AnyWithPorts));
+        for bad in ["0", "65536", "+80", "-1", "", "8000-8010", "http"] {
+            assert_eq!(
+                flags(&[bad]),
+                Err(PortsError::Port(bad.to_owned())),
+                "{bad}"
+            );
+        }
     }
 }

@@ -7,8 +7,11 @@
 //! sidecar runs the prefill there with vLLM's NIXL protocol ([`crate::api::pd::nixl`]: a
 //! one-token request whose answer carries `kv_transfer_params`), then sends the decode request
 //! with those parameters to its local engine and streams the answer back. Without the header,
-//! or on any path other than `/v1/completions` and `/v1/chat/completions`, it is a plain
-//! reverse proxy to the local engine.
+//! or on another of the engine's inference, health and metrics paths
+//! ([`proxy::ENGINE_PATHS`]), it is a plain reverse proxy to the local engine; every other
+//! path gets 404, so the engine's administrative endpoints stay out of clients' reach. The
+//! prefill host, which a client names, gets only the protocol's headers and the client's
+//! credentials and trace context, and a client never learns why a prefill failed.
 //!
 //! The pieces: [`guard`] decides which prefill hosts may be called (the header is client
 //! input: an SSRF guard); [`proxy`] is the request path; [`admin`] serves `/metrics`,
@@ -25,7 +28,7 @@ pub mod admin;
 pub mod guard;
 pub mod proxy;
 
-pub use guard::{AllowList, Cidr, PrefillHost, PrefillTarget};
+pub use guard::{AllowList, Cidr, CidrPorts, PrefillHost, PrefillTarget};
 
 use crate::config::{LimitsConfig, PrefillFailure, TimeoutsConfig};
 use crate::errors::StartError;
@@ -146,6 +149,8 @@ pub struct SidecarOptions {
     pub timeouts: SidecarTimeouts,
     /// How long shutdown waits for open connections to finish.
     pub drain: Duration,
+    /// Engine paths served besides [`proxy::ENGINE_PATHS`] (each with what lies under it).
+    pub engine_paths: Vec<String>,
 }
 
 /// Defaults of `warmpath-router sidecar`.
@@ -175,6 +180,7 @@ impl Default for SidecarOptions {
             max_body_bytes: LimitsConfig::default().max_body_bytes,
             timeouts: SidecarTimeouts::default(),
             drain: Duration::from_secs(10),
+            engine_paths: Vec::new(),
         }
     }
 }
@@ -203,6 +209,8 @@ pub struct SidecarHandle {
     pub admin_addr: SocketAddr,
     metrics: Arc<SidecarMetrics>,
     allow: watch::Sender<Arc<AllowList>>,
+    /// What [`CidrPorts::Serving`] means here: the engine's port and the listen port.
+    serving_ports: [u16; 2],
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -215,7 +223,13 @@ impl SidecarHandle {
     /// Replace the allowed prefill hosts; requests that arrive from now on are checked against
     /// the new list. The seam for a source that follows the cluster (see the module doc).
     pub fn set_allow_list(&self, allow: AllowList) {
-        self.allow.send_replace(Arc::new(allow));
+        self.allow
+            .send_replace(Arc::new(allow.serving_on(&self.serving_ports)));
+    }
+
+    /// The allow list requests are checked against now (its serving ports made concrete).
+    pub fn allow_list(&self) -> Arc<AllowList> {
+        self.allow.borrow().clone()
     }
 
     /// Stop accepting, let open connections finish (up to the drain time).
@@ -244,10 +258,23 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
     if let Some(c) = options.allow.cidrs().iter().find(|c| c.prefix() == 0) {
         tracing::warn!(cidr = %c, "--prefill-allow allows every address of its family: clients can make the sidecar POST to any host of the cluster");
     }
+    if options.allow.ports() == &CidrPorts::Any && !options.allow.cidrs().is_empty() {
+        tracing::warn!("--prefill-port any: clients can make the sidecar POST to every port of the --prefill-allow networks");
+    }
     let (api_listener, addr) = bind(options.listen).await?;
     let (admin_listener, admin_addr) = bind(options.admin).await?;
     let metrics = Arc::new(SidecarMetrics::new());
-    let (allow, allow_rx) = watch::channel(Arc::new(options.allow));
+    let serving_ports = [
+        options
+            .engine
+            .authority()
+            .port_u16()
+            .expect("an engine URL has a port"),
+        addr.port(),
+    ];
+    let allow_list = options.allow.serving_on(&serving_ports);
+    tracing::info!(ports = ?allow_list.ports(), "prefill hosts allowed by CIDR are called on these ports only");
+    let (allow, allow_rx) = watch::channel(Arc::new(allow_list));
     let (shutdown, shutdown_rx) = watch::channel(false);
     let client = build_client(&options.timeouts);
     let shared = Arc::new(proxy::Shared {
@@ -258,6 +285,7 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
         max_body_bytes: options.max_body_bytes,
         timeouts: options.timeouts,
         metrics: metrics.clone(),
+        extra_paths: options.engine_paths.clone(),
     });
     let admin = admin::service(admin::AdminState {
         client,
@@ -292,6 +320,7 @@ pub async fn start(options: SidecarOptions) -> Result<SidecarHandle, StartError>
         admin_addr,
         metrics,
         allow,
+        serving_ports,
         shutdown,
         tasks,
     })

@@ -36,6 +36,42 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The paths whose requests are split; the NIXL bodies are those of the OpenAI completion APIs.
 const SPLIT_PATHS: [&str; 2] = ["/v1/completions", "/v1/chat/completions"];
 
+/// The engine paths the sidecar serves (each with what lies under it, `/v1/models/ID`):
+/// inference, tokenizing, the model list, and the health and metrics a scheduler reads through
+/// the pool's target port. An engine's administrative paths (vLLM's `/reset_prefix_cache`,
+/// `/sleep`, `/v1/load_lora_adapter`, `/collective_rpc`, profiling) are not reachable through
+/// it: a client must not get them by naming this pod. `--engine-path` adds others.
+pub const ENGINE_PATHS: [&str; 17] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/models",
+    "/v1/score",
+    "/v1/rerank",
+    "/v1/audio",
+    "/score",
+    "/rerank",
+    "/pooling",
+    "/classify",
+    "/tokenize",
+    "/detokenize",
+    "/health",
+    "/metrics",
+    "/version",
+];
+
+/// The client headers a prefill host gets besides the protocol's own (content type, a request
+/// id of its own): what an engine needs to authenticate and trace the request. Nothing else
+/// a client sent (cookies, tenant or routing headers, anything meant for this pod) leaves the
+/// pod for a host the client named.
+const PREFILL_CLIENT_HEADERS: [HeaderName; 4] = [
+    header::AUTHORIZATION,
+    header::ACCEPT,
+    HeaderName::from_static("traceparent"),
+    HeaderName::from_static("tracestate"),
+];
+
 /// What every request reads.
 pub(crate) struct Shared {
     pub(crate) client: UpstreamClient,
@@ -45,6 +81,29 @@ pub(crate) struct Shared {
     pub(crate) max_body_bytes: usize,
     pub(crate) timeouts: SidecarTimeouts,
     pub(crate) metrics: Arc<SidecarMetrics>,
+    /// Served besides [`ENGINE_PATHS`] (`--engine-path`).
+    pub(crate) extra_paths: Vec<String>,
+}
+
+impl Shared {
+    /// Whether `path` is one the sidecar passes to its engine. Dot segments, empty segments
+    /// and percent-escapes are refused outright: a server that normalizes them would read
+    /// `/health/../sleep` as `/sleep`.
+    fn serves(&self, path: &str) -> bool {
+        let plain = !path.contains('%')
+            && path
+                .split('/')
+                .skip(1)
+                .all(|seg| !matches!(seg, "" | "." | ".."));
+        if !plain {
+            return false;
+        }
+        let under = |base: &str| {
+            path.strip_prefix(base)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        ENGINE_PATHS.iter().any(|p| under(p)) || self.extra_paths.iter().any(|p| under(p.as_str()))
+    }
 }
 
 /// The request path as the tower service [`crate::server::serve`] takes.
@@ -66,6 +125,19 @@ pub(crate) fn service(
 
 async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> {
     let (mut head, body) = req.into_parts();
+    // Before the body is read: nothing of a request for another path is taken in.
+    if !shared.serves(head.uri.path()) {
+        let e = ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "path_not_served",
+            format!(
+                "The P/D sidecar passes only the engine's inference, health and metrics paths; `{}` is not one (--engine-path adds one).",
+                head.uri.path()
+            ),
+        );
+        return answer(shared, "not_served", e.into_response());
+    }
     let body = match read_body(
         &head.headers,
         body,
@@ -145,11 +217,14 @@ async fn split(
                 // The client's own body: the engine prefills the prompt itself.
                 PrefillFailure::Decode => ("fallback_decode", body),
                 PrefillFailure::Fail => {
+                    // The same words whatever went wrong (refused, timed out, answered
+                    // something): the cause is in the log and the failure metric, never told
+                    // to a client, who could otherwise map which ports of a network answer.
                     let e = ApiError::new(
                         StatusCode::BAD_GATEWAY,
                         "upstream_error",
                         "prefill_failed",
-                        format!("The prefill on `{target}` failed: {failure}."),
+                        "The prefill leg failed; the sidecar's log says why.".to_owned(),
                     );
                     return answer(shared, "failed", e.into_response());
                 }
@@ -202,7 +277,12 @@ async fn prefill_leg(
     let uri: http::Uri = format!("http://{target}{path}")
         .parse()
         .map_err(|e| PrefillError::Other(format!("no URI for {target}{path}: {e}")))?;
-    let mut headers = upstream_headers(&head.headers);
+    let mut headers = HeaderMap::new();
+    for name in &PREFILL_CLIENT_HEADERS {
+        for value in head.headers.get_all(name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
     prefill_headers(&mut headers);
     let id = headers.get(REQUEST_ID).cloned();
     let req = request(

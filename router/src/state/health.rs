@@ -10,6 +10,11 @@
 //! no first byte from it meanwhile (a hung engine still answering its metrics), is *stalled*:
 //! passed over while another replica can serve, until a first byte comes back.
 //!
+//! A request that times out (no head in time, or a stream gone silent) while its replica went
+//! on answering others is the request's own doing, a generation longer than the timeout or a
+//! client's crafted request, not a sign the replica is broken: it never counts against it
+//! ([`Health::answered_since`]), so no client can eject replicas by sending slow requests.
+//!
 //! A replica is a routing candidate when it is neither ejected nor failing its scrapes. An
 //! ejection ends by itself after the backoff; the next request then tries the replica again
 //! (half-open), and a success resets the backoff.
@@ -50,6 +55,8 @@ struct HealthInner {
     allowance: Duration,
     /// The current stall has been logged.
     stall_reported: bool,
+    /// When it last finished an answer or sent a stream's first byte: alive then.
+    answered_at: Option<Instant>,
 }
 
 impl Health {
@@ -121,9 +128,17 @@ impl Health {
         stalled
     }
 
+    /// Whether the replica finished an answer or sent a first byte since `t`: then it was
+    /// alive and serving, and a request of its that timed out meanwhile timed out by its own
+    /// doing.
+    pub fn answered_since(&self, t: Instant) -> bool {
+        self.inner.lock().answered_at.is_some_and(|a| a > t)
+    }
+
     /// A request reached the replica.
     pub fn on_success(&self) {
         let mut h = self.inner.lock();
+        h.answered_at = Some(Instant::now());
         h.outcomes <<= 1;
         h.answers = h.answers.saturating_add(1);
         if h.connect_failures != 0 || h.ejected_until.is_some() || h.failures != 0 {
@@ -205,6 +220,7 @@ impl FirstByteOwed {
     pub fn arrived(self, now: Instant) {
         let mut h = self.replica.health.inner.lock();
         h.progress_at = Some(now);
+        h.answered_at = Some(now);
         h.stall_reported = false;
         // Drop settles the debt.
     }
@@ -250,6 +266,18 @@ mod tests {
             consecutive_failures: 3,
             ..HealthConfig::default()
         }
+    }
+
+    #[test]
+    fn a_replica_answering_others_is_alive() {
+        let h = Health::default();
+        let sent = Instant::now();
+        assert!(!h.answered_since(sent), "nothing answered yet");
+        std::thread::sleep(Duration::from_millis(2));
+        h.on_success();
+        assert!(h.answered_since(sent));
+        // Only answers after the instant count.
+        assert!(!h.answered_since(Instant::now()));
     }
 
     #[test]

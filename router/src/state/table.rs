@@ -209,6 +209,18 @@ impl Table {
             tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
         }
     }
+
+    /// A request to `replica` sent at `sent` timed out (no head in time, or its stream went
+    /// silent): a failed answer, unless the replica answered others meanwhile (then the
+    /// request was slow by its own doing). Returns whether it counted.
+    pub fn answer_timed_out(&self, replica: &ReplicaState, model: &str, sent: Instant) -> bool {
+        if replica.health.answered_since(sent) {
+            tracing::debug!(replica = %replica.name, "a request timed out while its replica answered others; not held against it");
+            return false;
+        }
+        self.answer_failed(replica, model);
+        true
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,16 @@ pub fn config_yaml(model: &str, addrs: &[SocketAddr], extra: &str) -> String {
     y
 }
 
+/// A file holding `token` in a folder of this test process's own (`tag` names it), for the
+/// configuration's token files; its path as the YAML quotes it.
+pub fn token_file(tag: &str, token: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("warmpath-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    format!("{:?}", file.display().to_string())
+}
+
 pub async fn router(yaml: &str) -> RouterHandle {
     let config = Config::parse(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     warmpath_router::start(config, Options::default())

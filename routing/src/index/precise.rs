@@ -24,9 +24,10 @@
 //! [`PreciseIndex::apply`] folds each block's `extra_keys` as the event carries them (vLLM's
 //! untagged tuple: the LoRA adapter's name, multimodal identifiers and offsets, the cache salt,
 //! in that order) into its router key; a request's keys must fold the same tuple
-//! ([`prompt_keys_by`]). It also remembers the LoRA adapter names the events carry
-//! ([`PreciseIndex::is_adapter`], at most [`MAX_ADAPTERS`]), so that a router learns which served
-//! model names are adapters without being told.
+//! ([`prompt_keys_by`]). It also remembers the LoRA adapter names the events carry, and which
+//! replicas carried each ([`PreciseIndex::is_adapter_on`], at most [`MAX_ADAPTERS`] names), so
+//! that a router learns which served model names are adapters without being told, and one
+//! pool's engine naming another pool's model as its adapter changes nothing for that pool.
 //!
 //! Per router key, the index keeps the replicas holding it, with a count per replica (two engine
 //! blocks of one replica may share a router key, e.g. the same tokens under a LoRA adapter whose
@@ -88,7 +89,7 @@ use super::lru::NIL;
 use super::{IndexStats, PrefixIndex, INLINE_REPLICAS};
 use crate::{BlockHash, ReplicaId};
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::mem::size_of;
 use warmpath_kv_events::{BlockHash as EngineHash, KvEvent, MEDIUM_GPU};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
@@ -470,8 +471,9 @@ pub struct PreciseIndex {
     replicas: HashMap<ReplicaId, Replica>,
     entries: usize,
     evictions: u64,
-    /// LoRA adapter names seen in `BlockStored` events (bounded by [`MAX_ADAPTERS`]).
-    adapters: HashSet<Box<str>>,
+    /// LoRA adapter names seen in `BlockStored` events (bounded by [`MAX_ADAPTERS`]), with the
+    /// replicas whose events named each (each at most once).
+    adapters: HashMap<Box<str>, Vec<ReplicaId>>,
 }
 
 /// LoRA adapter names an index remembers from events: engines serve a few adapters each, and
@@ -491,21 +493,30 @@ impl PreciseIndex {
             replicas: HashMap::new(),
             entries: 0,
             evictions: 0,
-            adapters: HashSet::new(),
+            adapters: HashMap::new(),
         }
     }
 
-    /// Whether an engine has reported blocks computed under the LoRA adapter `model`.
-    pub fn is_adapter(&self, model: &str) -> bool {
-        self.adapters.contains(model)
+    /// Whether one of `replicas` (a request's candidates) has reported blocks computed under
+    /// the LoRA adapter `model`. Only they count: another pool's engine that names `model` as
+    /// its adapter says nothing about how these replicas cache it.
+    pub fn is_adapter_on(
+        &self,
+        model: &str,
+        replicas: impl IntoIterator<Item = ReplicaId>,
+    ) -> bool {
+        self.adapters
+            .get(model)
+            .is_some_and(|by| replicas.into_iter().any(|r| by.contains(&r)))
     }
 
-    fn learn_adapter(&mut self, name: &str) {
-        if self.adapters.len() < MAX_ADAPTERS
-            && name.len() <= MAX_ADAPTER_NAME
-            && !self.adapters.contains(name)
-        {
-            self.adapters.insert(name.into());
+    fn learn_adapter(&mut self, replica: ReplicaId, name: &str) {
+        if let Some(by) = self.adapters.get_mut(name) {
+            if !by.contains(&replica) {
+                by.push(replica);
+            }
+        } else if self.adapters.len() < MAX_ADAPTERS && name.len() <= MAX_ADAPTER_NAME {
+            self.adapters.insert(name.into(), vec![replica]);
         }
     }
 
@@ -565,7 +576,7 @@ impl PreciseIndex {
             ..
         } = event
         {
-            self.learn_adapter(name);
+            self.learn_adapter(replica, name);
         }
         match event {
             KvEvent::BlockStored { extra_keys, .. } => match StoredBlocks::from_event(event) {
@@ -734,6 +745,10 @@ impl PreciseIndex {
     pub fn remove_replica(&mut self, replica: ReplicaId) {
         self.clear_replica(replica);
         self.replicas.remove(&replica);
+        self.adapters.retain(|_, by| {
+            by.retain(|r| *r != replica);
+            !by.is_empty()
+        });
     }
 
     /// For each candidate, the number of leading `keys` it holds, stopping at the first one it

@@ -17,6 +17,10 @@
       value: {{ .Values.router.logLevel | quote }}
     - name: WARMPATH_WATCH_NAMESPACES
       value: {{ include "warmpath.watchNamespaces" . | quote }}
+    {{- with .Values.router.shareModelsWith }}
+    - name: WARMPATH_SHARE_MODELS_WITH
+      value: {{ join "," . | quote }}
+    {{- end }}
     - name: POD_NAME
       valueFrom:
         fieldRef:
@@ -113,6 +117,14 @@
     {{- end }}
     {{- range $pd.prefillHosts }}
     - --prefill-host
+    - {{ . | quote }}
+    {{- end }}
+    {{- range $pd.prefillPorts }}
+    - --prefill-port
+    - {{ . | quote }}
+    {{- end }}
+    {{- range $pd.enginePaths }}
+    - --engine-path
     - {{ . | quote }}
     {{- end }}
     {{- range .Values.router.extraArgs }}

@@ -46,6 +46,8 @@ pub struct Discovery {
     pub client: Client,
     /// Namespaces to watch; empty: every namespace.
     pub namespaces: Vec<String>,
+    /// Namespaces whose pools may serve a model another namespace claimed first.
+    pub share_models_with: Vec<String>,
 }
 
 impl fmt::Debug for Discovery {
@@ -290,6 +292,7 @@ pub(crate) async fn run(
     let mut sent: Option<Found> = None;
     let mut warned = BTreeSet::new();
     let ns = &discovery.namespaces;
+    let share_models = discovery.share_models_with.clone();
     let client = &discovery.client;
     let per_kind = ns.len().max(1);
     let all = watcher::Config::default();
@@ -402,6 +405,7 @@ pub(crate) async fn run(
         let found = translate::discovered(
             pool_objs.iter().map(|p| p.as_ref()),
             replica_objs.iter().map(|r| r.as_ref()),
+            &share_models,
         );
         let found_tenants =
             tenants::discovered(policy_objs.iter().map(|p| p.as_ref()), |ns, name| {
@@ -451,7 +455,12 @@ pub(crate) async fn run(
 fn record(m: &KubernetesMetrics, found: &translate::Discovered, tenants: usize) {
     let routed: usize = found.pools.iter().map(|p| p.replicas.len()).sum();
     m.replicas.set(routed as i64);
-    m.skipped_replicas.set(found.skipped.len() as i64);
+    let skipped_replicas = found
+        .skipped
+        .iter()
+        .filter(|s| !matches!(s, translate::Skipped::ClaimedModel { .. }))
+        .count();
+    m.skipped_replicas.set(skipped_replicas as i64);
     m.tenant_policies.set(tenants as i64);
     for s in &found.skipped {
         match s {
@@ -460,6 +469,9 @@ fn record(m: &KubernetesMetrics, found: &translate::Discovered, tenants: usize) 
             }
             translate::Skipped::ForeignModels { replica, message } => {
                 tracing::debug!(%replica, "InferenceReplica not routed: {message}")
+            }
+            translate::Skipped::ClaimedModel { pool, model, owner } => {
+                tracing::warn!(%pool, %model, %owner, "InferencePool names a model another namespace claimed first: not served from it (WARMPATH_SHARE_MODELS_WITH lets a namespace share)")
             }
         }
     }

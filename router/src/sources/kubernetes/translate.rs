@@ -4,6 +4,12 @@
 //!
 //! Names carry the namespace (`ns/pool`, `ns/replica`): they are identities in metrics,
 //! headers and the prefix index, and the same name may exist in two watched namespaces.
+//!
+//! Model names are one namespace's: a model is served by the namespace whose InferencePool
+//! named it first (the oldest pool; ties by namespace name), and a pool in another namespace
+//! that names it gets none of its requests ([`Skipped::ClaimedModel`]) unless the operator lets
+//! that namespace share models (`share_with`). Otherwise anyone who may create a pool in one
+//! namespace could take a share of another namespace's prompts by naming its model.
 
 use crate::config::{Engine, FailureMode, PoolConfig, ReplicaConfig, Role};
 use std::collections::{BTreeMap, HashMap};
@@ -16,6 +22,12 @@ pub enum Skipped {
     NoPool { replica: String, pool: String },
     /// It names models its pool does not serve.
     ForeignModels { replica: String, message: String },
+    /// A pool names a model another namespace claimed first: the model is not served from it.
+    ClaimedModel {
+        pool: String,
+        model: String,
+        owner: String,
+    },
 }
 
 /// The routed pools and what was left out.
@@ -44,12 +56,34 @@ fn key(ns: Option<&str>, name: Option<&str>) -> Option<(String, String)> {
     Some((ns.unwrap_or_default().to_owned(), name?.to_owned()))
 }
 
+/// Each model's owning namespace: that of the oldest pool naming it (ties: the namespace, then
+/// the pool's name, in order), so that every router replica settles the same owner.
+fn model_owners(by_key: &HashMap<(String, String), &InferencePool>) -> HashMap<String, String> {
+    let mut claims: Vec<(&(String, String), &&InferencePool)> = by_key.iter().collect();
+    claims.sort_by(|(ka, a), (kb, b)| {
+        let created = |p: &InferencePool| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        // Pools without a creation time (never from an API server) sort last.
+        let (ca, cb) = (created(a), created(b));
+        (ca.is_none(), ca, ka).cmp(&(cb.is_none(), cb, kb))
+    });
+    let mut owners = HashMap::new();
+    for ((ns, _), pool) in claims {
+        for model in &pool.spec.models {
+            owners.entry(model.clone()).or_insert_with(|| ns.clone());
+        }
+    }
+    owners
+}
+
 /// Build the pool list. Objects being deleted are left out (their endpoints are going away);
 /// a replica joins its pool's entry when it serves the pool's models in the pool's role, and a
-/// separate entry of the same pool name otherwise (a subset of models, another role).
+/// separate entry of the same pool name otherwise (a subset of models, another role). Models
+/// another namespace claimed first are left out of a pool (see the module doc), unless its
+/// namespace is in `share_with`.
 pub fn discovered<'a>(
     pools: impl IntoIterator<Item = &'a InferencePool>,
     replicas: impl IntoIterator<Item = &'a InferenceReplica>,
+    share_with: &[String],
 ) -> Discovered {
     let by_key: HashMap<(String, String), &InferencePool> = pools
         .into_iter()
@@ -61,12 +95,30 @@ pub fn discovered<'a>(
             ))
         })
         .collect();
+    let owners = model_owners(&by_key);
+    let mut skipped = Vec::new();
+    // A pool's models less those claimed by another namespace (each refusal reported once).
+    let mut claimed = std::collections::BTreeSet::new();
+    let mut own_models = |ns: &str, pool: &str, models: Vec<String>| -> Vec<String> {
+        if share_with.iter().any(|s| s == ns) {
+            return models;
+        }
+        models
+            .into_iter()
+            .filter(|m| match owners.get(m) {
+                Some(owner) if owner != ns => {
+                    claimed.insert((format!("{ns}/{pool}"), m.clone(), owner.clone()));
+                    false
+                }
+                _ => true,
+            })
+            .collect()
+    };
     // (pool name, models, role, engine) → replicas; BTreeMap for a stable order.
     type Group = (String, Vec<String>, Role, Engine);
     // → (metrics path, metrics port, replicas)
     type Members = (Option<String>, Option<u16>, Vec<ReplicaConfig>);
     let mut groups: BTreeMap<Group, Members> = BTreeMap::new();
-    let mut skipped = Vec::new();
     for r in replicas {
         if r.metadata.deletion_timestamp.is_some() {
             continue;
@@ -90,7 +142,14 @@ pub fn discovered<'a>(
             });
             continue;
         }
-        let mut models = r.spec.effective_models(&pool.spec).to_vec();
+        let mut models = own_models(
+            &ns,
+            &r.spec.pool,
+            r.spec.effective_models(&pool.spec).to_vec(),
+        );
+        if models.is_empty() {
+            continue;
+        }
         models.sort();
         models.dedup();
         let group = (
@@ -121,7 +180,10 @@ pub fn discovered<'a>(
     for ((ns, name), pool) in &by_key {
         let pool_name = format!("{ns}/{name}");
         if !groups.keys().any(|(p, ..)| *p == pool_name) {
-            let mut models = pool.spec.models.clone();
+            let mut models = own_models(ns, name, pool.spec.models.clone());
+            if models.is_empty() {
+                continue;
+            }
             models.sort();
             models.dedup();
             groups.insert(
@@ -185,6 +247,11 @@ pub fn discovered<'a>(
             },
         )
         .collect();
+    skipped.extend(
+        claimed
+            .into_iter()
+            .map(|(pool, model, owner)| Skipped::ClaimedModel { pool, model, owner }),
+    );
     Discovered { pools, skipped }
 }
 
@@ -228,13 +295,13 @@ mod tests {
 
     #[test]
     fn replicas_join_their_pool_with_namespaced_names() {
-        let pools = [pool("a", "p", &["m"]), pool("b", "p", &["m"])];
+        let pools = [pool("a", "p", &["m"]), pool("b", "p", &["n"])];
         let replicas = [
             replica("a", "r2", "p", "10.0.0.2"),
             replica("a", "r1", "p", "10.0.0.1"),
             replica("b", "r1", "p", "fd00::1"),
         ];
-        let d = discovered(&pools, &replicas);
+        let d = discovered(&pools, &replicas, &[]);
         assert!(d.skipped.is_empty());
         assert_eq!(d.pools.len(), 2);
         assert_eq!(d.pools[0].name, "a/p");
@@ -250,6 +317,75 @@ mod tests {
         assert_eq!(d.pools[0].failure_mode, None, "unsaid: the picker's own");
     }
 
+    fn created(mut p: InferencePool, seconds: i64) -> InferencePool {
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
+        ));
+        p
+    }
+
+    /// A model belongs to the namespace whose pool named it first: a later pool elsewhere
+    /// that names it serves it to no one (reported), whatever its name sorts as, and keeps its
+    /// other models; a namespace the operator lets share serves it too.
+    #[test]
+    fn a_model_is_served_only_by_the_namespace_that_claimed_it_first() {
+        let pools = [
+            created(pool("zeta", "serving", &["llama"]), 100),
+            created(pool("attacker", "grab", &["llama", "own-model"]), 200),
+            created(pool("attacker", "only-llama", &["llama"]), 300),
+        ];
+        let replicas = [
+            replica("zeta", "z0", "serving", "10.0.0.1"),
+            replica("attacker", "a0", "grab", "10.0.0.66"),
+            replica("attacker", "a1", "only-llama", "10.0.0.67"),
+        ];
+        let d = discovered(&pools, &replicas, &[]);
+        let serving: Vec<(&str, &[String])> = d
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p.models.as_slice()))
+            .collect();
+        assert_eq!(
+            serving,
+            [
+                ("attacker/grab", &["own-model".to_owned()][..]),
+                ("zeta/serving", &["llama".to_owned()][..])
+            ]
+        );
+        for pool in ["attacker/grab", "attacker/only-llama"] {
+            assert!(
+                d.skipped.contains(&Skipped::ClaimedModel {
+                    pool: pool.into(),
+                    model: "llama".into(),
+                    owner: "zeta".into(),
+                }),
+                "{pool}: {:?}",
+                d.skipped
+            );
+        }
+        // Shared by the operator's word.
+        let d = discovered(&pools, &replicas, &["attacker".to_owned()]);
+        assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+        let llama: Vec<&str> = d
+            .pools
+            .iter()
+            .filter(|p| p.models.contains(&"llama".to_owned()))
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(
+            llama,
+            ["attacker/grab", "attacker/only-llama", "zeta/serving"]
+        );
+        // Created at the same second: the namespace that sorts first owns it, on every router.
+        let tie = [
+            created(pool("b", "p", &["m"]), 5),
+            created(pool("a", "p", &["m"]), 5),
+        ];
+        let d = discovered(&tie, &[], &[]);
+        assert_eq!(d.pools.len(), 1);
+        assert_eq!(d.pools[0].name, "a/p");
+    }
+
     #[test]
     fn a_pools_picker_failure_mode_is_carried() {
         let mut open = pool("a", "p", &["m"]);
@@ -258,7 +394,7 @@ mod tests {
         });
         let mut closed = pool("a", "q", &["n"]);
         closed.spec.endpoint_picker = Some(Default::default());
-        let d = discovered(&[open, closed], &[]);
+        let d = discovered(&[open, closed], &[], &[]);
         assert_eq!(d.pools[0].failure_mode, Some(FailureMode::Open));
         assert_eq!(d.pools[1].failure_mode, Some(FailureMode::Closed));
     }
@@ -279,7 +415,7 @@ mod tests {
             gone,
             foreign,
         ];
-        let d = discovered(&pools, &replicas);
+        let d = discovered(&pools, &replicas, &[]);
         assert_eq!(d.pools.len(), 1);
         assert!(d.pools[0].replicas.is_empty(), "{:?}", d.pools[0]);
         assert_eq!(d.pools[0].models, ["m"]);
@@ -302,7 +438,7 @@ mod tests {
         let mut decode = replica("a", "r3", "p", "10.0.0.3");
         decode.spec.role = Some(api::Role::Decode);
         let replicas = [replica("a", "r1", "p", "10.0.0.1"), subset, decode];
-        let d = discovered(&pools, &replicas);
+        let d = discovered(&pools, &replicas, &[]);
         assert_eq!(d.pools.len(), 3, "{:?}", d.pools);
         assert!(d.pools.iter().all(|p| p.name == "a/p"));
         let full = d
@@ -320,7 +456,7 @@ mod tests {
     fn disabled_metrics_turn_scraping_off() {
         let mut p = pool("a", "p", &["m"]);
         p.spec.metrics.enabled = false;
-        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")]);
+        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")], &[]);
         assert_eq!(d.pools[0].metrics_path, None);
     }
 
@@ -328,7 +464,7 @@ mod tests {
     fn a_separate_metrics_port_is_kept() {
         let mut p = pool("a", "p", &["m"]);
         p.spec.metrics.port = Some(9100);
-        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")]);
+        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")], &[]);
         assert_eq!(d.pools[0].metrics_port, Some(9100));
         assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
     }
@@ -344,7 +480,7 @@ mod tests {
             "chatTemplate": "/etc/warmpath/tokenizers/llama/tokenizer_config.json",
         }))
         .unwrap();
-        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")]);
+        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")], &[]);
         let kv = d.pools[0].kv_events.as_ref().expect("kv_events");
         assert_eq!(kv.endpoint.as_deref(), Some("tcp://{host}:5557"));
         assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://{host}:5558"));
@@ -370,7 +506,7 @@ mod tests {
     fn a_pools_lora_adapters_reach_the_router() {
         let mut p = pool("ml", "llama", &["llama", "llama-sql"]);
         p.spec.lora_adapters = vec!["llama-sql".into()];
-        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")]);
+        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")], &[]);
         assert_eq!(d.pools[0].lora_adapters, ["llama-sql"]);
     }
 }

@@ -791,29 +791,52 @@ proptest! {
     }
 }
 
-#[test]
-fn adapter_names_from_events_are_remembered_up_to_the_bound() {
-    let mut ix = big();
-    let named = |name: String| KvEvent::BlockStored {
+/// A `BlockStored` with no blocks that names the LoRA adapter `name`.
+fn named(name: impl Into<String>) -> KvEvent {
+    KvEvent::BlockStored {
         block_hashes: Vec::new(),
         parent_block_hash: None,
         token_ids: Vec::new(),
         block_size: BS as u32,
         lora_id: Some(1),
         medium: None,
-        lora_name: Some(name),
+        lora_name: Some(name.into()),
         extra_keys: Vec::new(),
-    };
-    assert!(!ix.is_adapter("a0"));
+    }
+}
+
+#[test]
+fn adapter_names_from_events_are_remembered_up_to_the_bound() {
+    let mut ix = big();
+    assert!(!ix.is_adapter_on("a0", [0]));
     for i in 0..MAX_ADAPTERS + 10 {
         ix.apply(0, &named(format!("a{i}"))).unwrap();
     }
-    assert!(ix.is_adapter("a0"));
-    assert!(ix.is_adapter(&format!("a{}", MAX_ADAPTERS - 1)));
+    assert!(ix.is_adapter_on("a0", [0]));
+    assert!(ix.is_adapter_on(&format!("a{}", MAX_ADAPTERS - 1), [0]));
     assert!(
-        !ix.is_adapter(&format!("a{MAX_ADAPTERS}")),
+        !ix.is_adapter_on(&format!("a{MAX_ADAPTERS}"), [0]),
         "past the bound"
     );
     ix.apply(0, &named("x".repeat(300))).unwrap();
-    assert!(!ix.is_adapter(&"x".repeat(300)), "too long a name");
+    assert!(!ix.is_adapter_on(&"x".repeat(300), [0]), "too long a name");
+    // A name already known: another replica may name it too, past the bound of names.
+    ix.apply(1, &named("a0")).unwrap();
+    assert!(ix.is_adapter_on("a0", [1]));
+}
+
+#[test]
+fn an_adapter_name_counts_only_for_the_replicas_that_reported_it() {
+    let mut ix = big();
+    // Replica 3 (another pool's engine) calls the base model `llama` its adapter.
+    ix.apply(3, &named("llama")).unwrap();
+    assert!(ix.is_adapter_on("llama", [3]));
+    assert!(
+        !ix.is_adapter_on("llama", [0, 1, 2]),
+        "a pool that never reported it keeps matching its base model's blocks"
+    );
+    assert!(ix.is_adapter_on("llama", [0, 3]));
+    // The replica leaves: its word goes with it.
+    ix.remove_replica(3);
+    assert!(!ix.is_adapter_on("llama", [3]));
 }
