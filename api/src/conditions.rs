@@ -7,6 +7,10 @@
 //! - `ResolvedRefs`: every object the spec names exists (a replica's pool, a tenant's Secret).
 //! - `Ready`: the resource takes traffic (a pool has a ready replica, a replica passes health
 //!   checks, a tenant's keys are loaded).
+//! - `ModelsClaimed` (pools): every model the pool names is its namespace's to serve; `False`
+//!   names each model another namespace claimed first ([`crate::boundaries`]).
+//! - `TokenizerAllowed` (pools with `kvEvents` paths): the tokenizer and chat template lie
+//!   under the routers' tokenizer root; `False`: the pool is routed without them.
 //!
 //! Messages say what to fix, e.g. "InferencePool \"llama\" not found in namespace ml: create
 //! it or fix spec.pool".
@@ -16,6 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub const ACCEPTED: &str = "Accepted";
 pub const RESOLVED_REFS: &str = "ResolvedRefs";
 pub const READY: &str = "Ready";
+pub const MODELS_CLAIMED: &str = "ModelsClaimed";
+pub const TOKENIZER_ALLOWED: &str = "TokenizerAllowed";
 
 /// Reasons (CamelCase, as the API conventions ask).
 pub mod reason {
@@ -28,6 +34,27 @@ pub mod reason {
     pub const READY: &str = "Ready";
     pub const NO_READY_REPLICAS: &str = "NoReadyReplicas";
     pub const UNHEALTHY: &str = "Unhealthy";
+    /// A model the pool names belongs to another namespace.
+    pub const MODEL_CLAIMED_BY_NAMESPACE: &str = "ModelClaimedByNamespace";
+    /// Every model the pool names is its namespace's.
+    pub const MODELS_OWNED: &str = "ModelsOwned";
+    /// A tokenizer or chat-template path outside the routers' tokenizer root.
+    pub const OUTSIDE_TOKENIZER_ROOT: &str = "OutsideTokenizerRoot";
+    /// Tokenizer and chat-template paths under the routers' tokenizer root.
+    pub const UNDER_TOKENIZER_ROOT: &str = "UnderTokenizerRoot";
+    /// A replica's address is outside the networks the routers' operator allows.
+    pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
+    /// A tenant's priority was lowered to the routers' cap.
+    pub const PRIORITY_CAPPED: &str = "PriorityCapped";
+    /// A tenant's header value belongs to a TenantPolicy that claimed it first.
+    pub const HEADER_CLAIMED: &str = "HeaderClaimed";
+}
+
+/// Removes the condition of a type; returns whether there was one.
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
 }
 
 /// A condition with status `True` or `False`.

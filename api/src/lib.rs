@@ -19,6 +19,7 @@
 //! when they drift.
 #![forbid(unsafe_code)]
 
+pub mod boundaries;
 pub mod conditions;
 pub mod crds;
 pub mod gie;

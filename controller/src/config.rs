@@ -4,7 +4,9 @@
 
 use crate::error::Error;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+use warmpath_api::boundaries::{self, Boundaries, Network, ReplicaNetworks};
 
 /// Leader-election timing, with client-go's meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,9 @@ pub struct Config {
     pub lease: LeaseTiming,
     /// This process's name in the Lease.
     pub identity: String,
+    /// The routers' boundaries (the chart gives both the same values), so that statuses say
+    /// what the routers leave out and why.
+    pub boundaries: Boundaries,
 }
 
 fn list(value: Option<String>) -> Vec<String> {
@@ -102,7 +107,47 @@ impl Config {
         let identity = get("POD_NAME")
             .filter(|s| !s.trim().is_empty())
             .unwrap_or_else(default_identity);
+        let allow = list(get("WARMPATH_REPLICA_NETWORKS"))
+            .iter()
+            .map(|n| n.parse::<Network>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Config(format!("WARMPATH_REPLICA_NETWORKS: {e}")))?;
+        let hostnames = match get("WARMPATH_REPLICA_HOSTNAMES").as_deref().map(str::trim) {
+            None | Some("") | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(v) => {
+                return Err(Error::Config(format!(
+                    "WARMPATH_REPLICA_HOSTNAMES={v:?}: expected true or false"
+                )))
+            }
+        };
+        let max_tenant_priority = match get("WARMPATH_MAX_TENANT_PRIORITY").filter(|v| !v.trim().is_empty()) {
+            None => boundaries::DEFAULT_MAX_TENANT_PRIORITY,
+            Some(v) => v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|p| (-1000..=1000).contains(p))
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "WARMPATH_MAX_TENANT_PRIORITY={v:?}: expected a whole number from -1000 to 1000"
+                    ))
+                })?,
+        };
+        let boundaries = Boundaries {
+            share_models_with: list(get("WARMPATH_SHARE_MODELS_WITH")),
+            replica_networks: ReplicaNetworks { allow, hostnames },
+            tokenizer_root: get("WARMPATH_TOKENIZER_ROOT")
+                .filter(|v| !v.trim().is_empty())
+                .map_or_else(
+                    || PathBuf::from(boundaries::DEFAULT_TOKENIZER_ROOT),
+                    PathBuf::from,
+                ),
+            max_tenant_priority,
+            own_namespace: get("WARMPATH_ROUTER_NAMESPACE").filter(|v| !v.trim().is_empty()),
+        };
         Ok(Config {
+            boundaries,
             watch_namespaces: list(get("WARMPATH_WATCH_NAMESPACES")),
             secret_namespaces: list(get("WARMPATH_SECRET_NAMESPACES")),
             admin_listen,
@@ -149,6 +194,39 @@ mod tests {
         assert_eq!(c.lease_name, "wp");
         assert_eq!(c.lease.duration, Duration::from_secs(3));
         assert_eq!(c.identity, "ctl-0");
+        assert_eq!(c.boundaries, Boundaries::default(), "the routers' defaults");
+    }
+
+    #[test]
+    fn reads_the_routers_boundaries() {
+        let c = parse(&[
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_SHARE_MODELS_WITH", "b,a"),
+            ("WARMPATH_REPLICA_NETWORKS", "10.0.0.0/8, fd00::/8"),
+            ("WARMPATH_REPLICA_HOSTNAMES", "true"),
+            ("WARMPATH_TOKENIZER_ROOT", "/models"),
+            ("WARMPATH_MAX_TENANT_PRIORITY", "-5"),
+            ("POD_NAMESPACE", "elsewhere"),
+            ("WARMPATH_ROUTER_NAMESPACE", "wp-system"),
+        ])
+        .unwrap();
+        let b = &c.boundaries;
+        assert_eq!(b.share_models_with, ["a", "b"]);
+        assert_eq!(b.replica_networks.allow.len(), 2);
+        assert!(b.replica_networks.hostnames);
+        assert_eq!(b.tokenizer_root, PathBuf::from("/models"));
+        assert_eq!(b.max_tenant_priority, -5);
+        assert_eq!(b.own_namespace.as_deref(), Some("wp-system"));
+        for (k, v) in [
+            ("WARMPATH_REPLICA_NETWORKS", "10.0.0.0/99"),
+            ("WARMPATH_REPLICA_HOSTNAMES", "yes"),
+            ("WARMPATH_MAX_TENANT_PRIORITY", "5000"),
+        ] {
+            let e = parse(&[("WARMPATH_LEASE_NAMESPACE", "sys"), (k, v)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(k), "{e}");
+        }
     }
 
     #[test]

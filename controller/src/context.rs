@@ -36,6 +36,9 @@ pub struct Ctx {
     pub secrets: BTreeMap<String, Store<Secret>>,
     /// True once every store above has been filled.
     pub synced: watch::Receiver<bool>,
+    /// Every scope's pools and policies, for what belongs to whom; and the routers'
+    /// boundaries.
+    pub claims: Arc<crate::claims::Claims>,
 }
 
 impl Ctx {

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod claims;
 pub mod config;
 pub mod context;
 pub mod desired;

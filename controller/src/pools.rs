@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
-use warmpath_api::conditions::{self, ACCEPTED};
+use warmpath_api::conditions::{self, ACCEPTED, MODELS_CLAIMED, TOKENIZER_ALLOWED};
 use warmpath_api::v1::{InferencePool, InferenceReplica};
 
 /// Resync period: repairs anything a dropped watch event left behind.
@@ -162,22 +162,53 @@ async fn reconcile_pool(pool: &InferencePool, ctx: &Ctx) -> Result<Action, Error
         )
         .await;
     }
+    let networks = &ctx.claims.boundaries.replica_networks;
     let hand_written: Vec<(&InferenceReplica, bool)> = existing
         .iter()
         .filter(|r| !is_managed(r) && r.spec.pool == name)
-        .map(|r| (r.as_ref(), r.spec.check_against(&name, &pool.spec).is_ok()))
+        .map(|r| {
+            (
+                r.as_ref(),
+                status::replica_accepted(r, Some(pool), networks),
+            )
+        })
         .collect();
     let managed = wanted.len() - plan.blocked.len();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let new_status = status::pool_status(pool, counts, managed, &hand_written, &now);
+    let claimed = ctx.claims.claimed_elsewhere(pool);
+    let new_status = status::pool_status(
+        pool,
+        counts,
+        managed,
+        &hand_written,
+        &claimed,
+        &ctx.claims.boundaries.tokenizer_root,
+        &now,
+    );
     if pool.status.as_ref() != Some(&new_status) {
-        let was_accepted = pool.status.as_ref().is_none_or(|s| {
-            conditions::get(&s.conditions, ACCEPTED).is_none_or(|c| c.status == "True")
-        });
+        let was = |type_: &str| {
+            pool.status.as_ref().is_none_or(|s| {
+                conditions::get(&s.conditions, type_).is_none_or(|c| c.status == "True")
+            })
+        };
+        let (was_accepted, was_claimed, was_allowed) =
+            (was(ACCEPTED), was(MODELS_CLAIMED), was(TOKENIZER_ALLOWED));
         ctx.patch_status("pool", pool, &new_status, &[]).await?;
         if let Some(problem) = status::pool_spec_problem(pool).filter(|_| was_accepted) {
             ctx.event(pool, true, "InvalidSpec", "Validate", problem)
                 .await;
+        }
+        // One warning when a condition turns False, not one per resync.
+        for (type_, was_true) in [
+            (MODELS_CLAIMED, was_claimed),
+            (TOKENIZER_ALLOWED, was_allowed),
+        ] {
+            let turned_false = conditions::get(&new_status.conditions, type_)
+                .filter(|c| c.status == "False" && was_true);
+            if let Some(c) = turned_false {
+                ctx.event(pool, true, &c.reason, "Validate", c.message.clone())
+                    .await;
+            }
         }
     }
     Ok(Action::requeue(RESYNC))

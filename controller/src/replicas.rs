@@ -63,7 +63,12 @@ async fn reconcile_replica(replica: &InferenceReplica, ctx: &Ctx) -> Result<Acti
         }
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let new_status = status::replica_status(replica, pool.as_deref(), &now);
+    let new_status = status::replica_status(
+        replica,
+        pool.as_deref(),
+        &ctx.claims.boundaries.replica_networks,
+        &now,
+    );
     if replica.status.as_ref() != Some(&new_status) {
         let was_resolved = replica.status.as_ref().is_none_or(|s| {
             conditions::get(&s.conditions, RESOLVED_REFS).is_none_or(|c| c.status == "True")

@@ -6,6 +6,7 @@
 //! serves one list/watch, and a controller reads objects from one store).
 
 use crate::admin::{self, AdminState};
+use crate::claims::Claims;
 use crate::config::Config;
 use crate::context::{error_policy, Ctx};
 use crate::desired::selector_matches;
@@ -128,6 +129,43 @@ fn pools_for_pod(
         .collect()
 }
 
+type Touched<K> = futures_util::stream::BoxStream<'static, Result<K, watcher::Error>>;
+
+/// A scope's pools and tenant policies, reflected in [`run`] so that every scope's reconcilers
+/// can read every scope's stores ([`Claims`]).
+struct ScopeWatches {
+    pools: Store<InferencePool>,
+    pool_stream: Touched<InferencePool>,
+    tenant_stream: Touched<TenantPolicy>,
+}
+
+/// The pool and policy reflectors of one scope, and their stores for [`Claims`].
+fn scope_watches(client: &Client, ns: Option<&str>) -> (ScopeWatches, Store<TenantPolicy>) {
+    let wc = watcher::Config::default().any_semantic();
+    let (pools, pools_writer) = reflector::store();
+    let pool_stream = watcher(api::<InferencePool>(client, ns), wc.clone())
+        .default_backoff()
+        .modify(|p: &mut InferencePool| p.metadata.managed_fields = None)
+        .reflect(pools_writer)
+        .touched_objects()
+        .boxed();
+    let (tenants, tenants_writer) = reflector::store();
+    let tenant_stream = watcher(api::<TenantPolicy>(client, ns), wc)
+        .default_backoff()
+        .modify(|t: &mut TenantPolicy| t.metadata.managed_fields = None)
+        .reflect(tenants_writer)
+        .touched_objects()
+        .boxed();
+    (
+        ScopeWatches {
+            pools,
+            pool_stream,
+            tenant_stream,
+        },
+        tenants,
+    )
+}
+
 /// Every watch and controller of one scope; resolves when they all end.
 #[allow(clippy::too_many_arguments)]
 async fn run_scope(
@@ -140,6 +178,8 @@ async fn run_scope(
     secret_streams: Vec<futures_util::stream::BoxStream<'static, Result<Secret, watcher::Error>>>,
     ready: tokio::sync::mpsc::Sender<()>,
     gie_pools: bool,
+    watches: ScopeWatches,
+    claims: Arc<Claims>,
 ) {
     let ns = ns.as_deref();
     let wc = watcher::Config::default().any_semantic();
@@ -156,12 +196,17 @@ async fn run_scope(
         .modify(|r: &mut InferenceReplica| r.metadata.managed_fields = None)
         .reflect(replicas_writer)
         .touched_objects();
-    let (replica_pools, pools_writer) = reflector::store();
-    let pool_stream = watcher(api::<InferencePool>(&client, ns), wc.clone())
-        .default_backoff()
-        .modify(|p: &mut InferencePool| p.metadata.managed_fields = None)
-        .reflect(pools_writer)
-        .touched_objects();
+    let replica_pools = watches.pools;
+    let pool_stream = {
+        let claims = claims.clone();
+        watches.pool_stream.inspect(move |_| claims.pools_touched())
+    };
+    let tenant_stream = {
+        let claims = claims.clone();
+        watches
+            .tenant_stream
+            .inspect(move |_| claims.tenants_touched())
+    };
 
     let pool_ctl = Controller::new(api::<InferencePool>(&client, ns), wc.clone());
     let replica_ctl = Controller::new(api::<InferenceReplica>(&client, ns), wc.clone());
@@ -178,6 +223,7 @@ async fn run_scope(
         pools: replica_pools.clone(),
         secrets: secrets.clone(),
         synced: synced_rx,
+        claims: claims.clone(),
     });
 
     let (m_pools, m_replicas) = (pool_ctl.store(), pool_replicas.clone());
@@ -189,7 +235,8 @@ async fn run_scope(
             r.namespace()
                 .map(|ns| ObjectRef::<InferencePool>::new(&r.spec.pool).within(&ns))
         })
-        .reconcile_all_on(on_becoming_leader(leader.subscribe()));
+        .reconcile_all_on(on_becoming_leader(leader.subscribe()))
+        .reconcile_all_on(claims.on_models_changed());
 
     let m_replicas = replica_ctl.store();
     let replica_ctl = replica_ctl
@@ -206,7 +253,12 @@ async fn run_scope(
         .reconcile_all_on(on_becoming_leader(leader.subscribe()));
 
     let m_tenants = tenant_ctl.store();
-    let mut tenant_ctl = tenant_ctl.reconcile_all_on(on_becoming_leader(leader.subscribe()));
+    let mut tenant_ctl = tenant_ctl
+        .reconcile_all_on(on_becoming_leader(leader.subscribe()))
+        .reconcile_all_on(claims.on_headers_changed())
+        .watches_stream(tenant_stream, |t: TenantPolicy| {
+            Some(ObjectRef::from_obj(&t))
+        });
     if !secret_streams.is_empty() {
         let secrets_touched = futures_util::stream::select_all(secret_streams);
         tenant_ctl = tenant_ctl.watches_stream(secrets_touched, move |secret: Secret| {
@@ -407,9 +459,22 @@ pub async fn run(
         }
     };
 
+    let mut watches = Vec::new();
+    let mut tenant_stores = Vec::new();
+    for scope in &scopes {
+        let (w, tenants) = scope_watches(&client, scope.as_deref());
+        watches.push(w);
+        tenant_stores.push(tenants);
+    }
+    let claims = Arc::new(Claims::new(
+        config.boundaries.clone(),
+        watches.iter().map(|w| w.pools.clone()).collect(),
+        tenant_stores,
+    ));
+
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(scopes.len());
     let mut tasks = tokio::task::JoinSet::new();
-    for scope in scopes.iter().cloned() {
+    for (scope, watches) in scopes.iter().cloned().zip(watches) {
         let (stores, streams) = match &scope {
             None => (
                 secret_stores.clone(),
@@ -433,6 +498,8 @@ pub async fn run(
             streams,
             ready_tx.clone(),
             gie_pools,
+            watches,
+            claims.clone(),
         ));
     }
     drop(ready_tx);
@@ -468,7 +535,7 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::desired::tests::{pod, pool};
     use crate::desired::DesiredReplica;
@@ -514,7 +581,8 @@ mod tests {
         assert!(data["empty"].0.is_empty());
     }
 
-    fn store_of<K>(objs: Vec<K>) -> Store<K>
+    /// A store holding `objs`, and its writer for more.
+    pub(crate) fn store_with<K>(objs: Vec<K>) -> (Store<K>, reflector::store::Writer<K>)
     where
         K: kube::Resource + Clone + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -523,7 +591,15 @@ mod tests {
         for o in objs {
             writer.apply_watcher_event(&watcher::Event::Apply(o));
         }
-        reader
+        (reader, writer)
+    }
+
+    fn store_of<K>(objs: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        store_with(objs).0
     }
 
     #[test]

@@ -7,7 +7,11 @@ use crate::desired::PodCounts;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use warmpath_api::conditions::{self, reason, ACCEPTED, READY, RESOLVED_REFS};
+use std::path::Path;
+use warmpath_api::boundaries::{self, Boundaries, ReplicaNetworks};
+use warmpath_api::conditions::{
+    self, reason, ACCEPTED, MODELS_CLAIMED, READY, RESOLVED_REFS, TOKENIZER_ALLOWED,
+};
 use warmpath_api::v1::{
     InferencePool, InferencePoolStatus, InferenceReplica, InferenceReplicaStatus, TenantPolicy,
     TenantPolicyStatus,
@@ -44,14 +48,30 @@ pub fn pool_spec_problem(pool: &InferencePool) -> Option<String> {
     }
 }
 
+/// Why the routers read none of a pool's tokenizer paths, if they do not: a path outside
+/// `root` as written (the routers also refuse one whose links lead out).
+pub fn tokenizer_problem(pool: &InferencePool, root: &Path) -> Option<String> {
+    let kv = pool.spec.kv_events.as_ref()?;
+    [("kvEvents.tokenizer", &kv.tokenizer), ("kvEvents.chatTemplate", &kv.chat_template)]
+        .into_iter()
+        .find_map(|(field, path)| {
+            let path = path.as_deref()?;
+            boundaries::lexically_under(root, Path::new(path))
+                .err()
+                .map(|e| format!("{field}: {e}; the routers do not read it, and route the pool without its tokenizer (by the approximate index)"))
+        })
+}
+
 /// What a pool's status should be, given its selected pods, the managed replicas it should
-/// have (one per ready pod) and its hand-written replicas, with whether each of those is
-/// accepted.
+/// have (one per ready pod), its hand-written replicas with whether each of those is accepted,
+/// the models another namespace claimed first (model, owner) and the routers' tokenizer root.
 pub fn pool_status(
     pool: &InferencePool,
     pods: PodCounts,
     managed: usize,
     hand_written: &[(&InferenceReplica, bool)],
+    claimed: &[(String, String)],
+    tokenizer_root: &Path,
     now: &Time,
 ) -> InferencePoolStatus {
     let gen = pool.metadata.generation;
@@ -114,7 +134,45 @@ pub fn pool_status(
             now.clone(),
         ),
     };
-    let ready = if status.ready_replicas > 0 {
+    let mut owned: Vec<&String> = pool.spec.models.iter().collect();
+    owned.retain(|m| !claimed.iter().any(|(c, _)| c == *m));
+    let claims = if claimed.is_empty() {
+        conditions::new(
+            MODELS_CLAIMED,
+            true,
+            reason::MODELS_OWNED,
+            format!("every model in spec.models is served from namespace {ns}"),
+            gen,
+            now.clone(),
+        )
+    } else {
+        let taken: Vec<String> = claimed
+            .iter()
+            .map(|(m, owner)| format!("{m:?} (namespace {owner})"))
+            .collect();
+        conditions::new(
+            MODELS_CLAIMED,
+            false,
+            reason::MODEL_CLAIMED_BY_NAMESPACE,
+            format!(
+                "another namespace's InferencePool named {} first, so this pool gets none of {} requests: serve another model name, or ask the routers' operator to list {ns} in --share-models-with (router.shareModelsWith)",
+                taken.join(", "),
+                if claimed.len() == 1 { "its" } else { "their" }
+            ),
+            gen,
+            now.clone(),
+        )
+    };
+    let ready = if owned.is_empty() && !claimed.is_empty() {
+        conditions::new(
+            READY,
+            false,
+            reason::MODEL_CLAIMED_BY_NAMESPACE,
+            "every model of this pool belongs to another namespace: it gets no requests (see ModelsClaimed)",
+            gen,
+            now.clone(),
+        )
+    } else if status.ready_replicas > 0 {
         conditions::new(
             READY,
             true,
@@ -148,19 +206,59 @@ pub fn pool_status(
     };
     conditions::set(&mut status.conditions, accepted);
     conditions::set(&mut status.conditions, resolved);
+    conditions::set(&mut status.conditions, claims);
     conditions::set(&mut status.conditions, ready);
+    let has_paths = pool
+        .spec
+        .kv_events
+        .as_ref()
+        .is_some_and(|kv| kv.tokenizer.is_some() || kv.chat_template.is_some());
+    if has_paths {
+        let tokenizer = match tokenizer_problem(pool, tokenizer_root) {
+            Some(problem) => conditions::new(
+                TOKENIZER_ALLOWED,
+                false,
+                reason::OUTSIDE_TOKENIZER_ROOT,
+                problem,
+                gen,
+                now.clone(),
+            ),
+            None => conditions::new(
+                TOKENIZER_ALLOWED,
+                true,
+                reason::UNDER_TOKENIZER_ROOT,
+                format!(
+                    "the tokenizer paths are under {}, the routers' tokenizer root",
+                    tokenizer_root.display()
+                ),
+                gen,
+                now.clone(),
+            ),
+        };
+        conditions::set(&mut status.conditions, tokenizer);
+    } else {
+        conditions::remove(&mut status.conditions, TOKENIZER_ALLOWED);
+    }
     status
 }
 
-/// Whether a replica is usable with its pool (`None` when the pool does not exist).
-pub fn replica_accepted(replica: &InferenceReplica, pool: Option<&InferencePool>) -> bool {
+/// Whether a replica is routed with its pool (`None` when the pool does not exist): its
+/// models are the pool's and its address one the routers allow.
+pub fn replica_accepted(
+    replica: &InferenceReplica,
+    pool: Option<&InferencePool>,
+    networks: &ReplicaNetworks,
+) -> bool {
     pool.is_some_and(|p| replica.spec.check_against(&p.name_any(), &p.spec).is_ok())
+        && networks.check(&replica.spec.address).is_ok()
 }
 
-/// What a replica's status should be, given its pool (`None`: not found).
+/// What a replica's status should be, given its pool (`None`: not found) and the networks
+/// the routers allow replicas in.
 pub fn replica_status(
     replica: &InferenceReplica,
     pool: Option<&InferencePool>,
+    networks: &ReplicaNetworks,
     now: &Time,
 ) -> InferenceReplicaStatus {
     let gen = replica.metadata.generation;
@@ -188,7 +286,11 @@ pub fn replica_status(
             ),
         ),
         Some(p) => (
-            match replica.spec.check_against(pool_name, &p.spec) {
+            match replica.spec.check_against(pool_name, &p.spec).map_err(|m| (reason::INVALID, m)).and_then(|()| {
+                networks
+                    .check(&replica.spec.address)
+                    .map_err(|m| (reason::ADDRESS_NOT_ALLOWED, format!("{m}; the routers do not route to it")))
+            }) {
                 Ok(()) => conditions::new(
                     ACCEPTED,
                     true,
@@ -197,7 +299,7 @@ pub fn replica_status(
                     gen,
                     now.clone(),
                 ),
-                Err(msg) => conditions::new(ACCEPTED, false, reason::INVALID, msg, gen, now.clone()),
+                Err((why, msg)) => conditions::new(ACCEPTED, false, why, msg, gen, now.clone()),
             },
             conditions::new(
                 RESOLVED_REFS,
@@ -226,10 +328,10 @@ pub fn replica_status(
         conditions::new(
             READY,
             false,
-            if pool.is_none() {
-                reason::POOL_NOT_FOUND
+            if resolved.status == "True" {
+                accepted.reason.as_str()
             } else {
-                reason::INVALID
+                reason::POOL_NOT_FOUND
             },
             "not routable until Accepted and ResolvedRefs are True",
             gen,
@@ -289,10 +391,14 @@ fn key_count(secret: &Secret, key: Option<&str>) -> Result<usize, String> {
     }
 }
 
-/// What a tenant policy's status should be, given what the controller sees of its Secret.
+/// What a tenant policy's status should be, given what the controller sees of its Secret, the
+/// routers' boundaries (the priority cap) and the TenantPolicy (`ns/name`) that claimed its
+/// header value first, if another did.
 pub fn tenant_status(
     tenant: &TenantPolicy,
     secret: SecretView<'_>,
+    boundaries: &Boundaries,
+    header_holder: Option<&str>,
     now: &Time,
 ) -> TenantPolicyStatus {
     let gen = tenant.metadata.generation;
@@ -303,7 +409,7 @@ pub fn tenant_status(
         .spec
         .header
         .clone()
-        .unwrap_or_else(|| tenant.name_any());
+        .unwrap_or_else(|| boundaries.tenant_name(&ns, &tenant.name_any()));
     let accepted = match &tenant.spec.limits {
         Some(l) if l.burst.is_some() && l.requests_per_second.is_none() => Err(
             "spec.limits.burst needs spec.limits.requestsPerSecond: burst is the size of the request-rate bucket".to_owned(),
@@ -313,6 +419,14 @@ pub fn tenant_status(
         ),
         _ => Ok(()),
     };
+    let accepted = accepted.map_err(|m| (reason::INVALID, m)).and_then(|()| match header_holder {
+        Some(holder) => Err((
+            reason::HEADER_CLAIMED,
+            format!("the header value {header:?} belongs to TenantPolicy {holder}, which claimed it first: the routers do not use this policy; choose another spec.header"),
+        )),
+        None => Ok(()),
+    });
+    let capped = boundaries.capped_priority(&ns, tenant.spec.priority).err();
     let resolved: Result<(String, Option<i32>), (&str, String)> =
         match (&tenant.spec.api_key_secret_ref, secret) {
             (None, _) => Ok((
@@ -359,15 +473,15 @@ pub fn tenant_status(
     } else {
         "not in effect until Accepted and ResolvedRefs are True".to_owned()
     };
-    let ready_reason = match &resolved {
-        Err((r, _)) => r,
-        Ok(_) if accepted.is_err() => reason::INVALID,
-        Ok(_) => reason::READY,
+    let ready_reason = match (&accepted, &resolved) {
+        (_, Err((r, _))) => r,
+        (Err((r, _)), Ok(_)) => r,
+        (Ok(()), Ok(_)) => reason::READY,
     };
     conditions::set(
         &mut status.conditions,
-        match accepted {
-            Ok(()) => conditions::new(
+        match (accepted, capped) {
+            (Ok(()), None) => conditions::new(
                 ACCEPTED,
                 true,
                 reason::ACCEPTED,
@@ -375,7 +489,18 @@ pub fn tenant_status(
                 gen,
                 now.clone(),
             ),
-            Err(m) => conditions::new(ACCEPTED, false, reason::INVALID, m, gen, now.clone()),
+            (Ok(()), Some(cap)) => conditions::new(
+                ACCEPTED,
+                true,
+                reason::PRIORITY_CAPPED,
+                format!(
+                    "spec.priority {} is above the routers' cap for namespace {ns} (--max-tenant-priority, router.maxTenantPriority): the tenant is served at priority {cap}",
+                    tenant.spec.priority
+                ),
+                gen,
+                now.clone(),
+            ),
+            (Err((r, m)), _) => conditions::new(ACCEPTED, false, r, m, gen, now.clone()),
         },
     );
     conditions::set(
@@ -402,6 +527,12 @@ mod tests {
     use std::collections::BTreeMap;
     use warmpath_api::conditions::{get, is_true};
     use warmpath_api::v1::{InferenceReplicaSpec, SecretKeyRef, TenantLimits, TenantPolicySpec};
+
+    const ROOT: &str = "/etc/warmpath/tokenizers";
+
+    fn open() -> ReplicaNetworks {
+        ReplicaNetworks::default()
+    }
 
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())
@@ -439,6 +570,8 @@ mod tests {
             },
             3,
             &[],
+            &[],
+            Path::new(ROOT),
             &now(),
         );
         assert_eq!((s.replicas, s.ready_replicas), (3, 3));
@@ -447,7 +580,15 @@ mod tests {
         assert!(is_true(&s.conditions, ACCEPTED));
         assert!(is_true(&s.conditions, RESOLVED_REFS));
 
-        let none = pool_status(&p, PodCounts::default(), 0, &[], &now());
+        let none = pool_status(
+            &p,
+            PodCounts::default(),
+            0,
+            &[],
+            &[],
+            Path::new(ROOT),
+            &now(),
+        );
         let rr = get(&none.conditions, RESOLVED_REFS).unwrap();
         assert_eq!(rr.status, "False");
         assert!(rr.message.contains("app=vllm"), "{}", rr.message);
@@ -463,6 +604,8 @@ mod tests {
             },
             0,
             &[],
+            &[],
+            Path::new(ROOT),
             &later(),
         );
         let acc = get(&b.conditions, ACCEPTED).unwrap();
@@ -477,6 +620,8 @@ mod tests {
             PodCounts::default(),
             0,
             &[(&hand, true), (&hand, false)],
+            &[],
+            Path::new(ROOT),
             &now(),
         );
         assert_eq!((h.replicas, h.ready_replicas), (2, 1));
@@ -494,6 +639,8 @@ mod tests {
             },
             2,
             &[],
+            &[],
+            Path::new(ROOT),
             &now(),
         );
         p.status = Some(s1.clone());
@@ -505,6 +652,8 @@ mod tests {
             },
             2,
             &[],
+            &[],
+            Path::new(ROOT),
             &later(),
         );
         assert_eq!(s1, s2);
@@ -513,24 +662,180 @@ mod tests {
     #[test]
     fn replica_conditions_follow_the_pool() {
         let p = pool("llama", &[("app", "vllm")], Some(8000));
-        let ok = replica_status(&replica("llama", Some(vec!["tiny"])), Some(&p), &now());
+        let ok = replica_status(
+            &replica("llama", Some(vec!["tiny"])),
+            Some(&p),
+            &open(),
+            &now(),
+        );
         assert!(is_true(&ok.conditions, ACCEPTED));
         assert!(is_true(&ok.conditions, RESOLVED_REFS));
         assert!(is_true(&ok.conditions, READY));
         assert_eq!(ok.observed_generation, Some(3));
 
-        let foreign = replica_status(&replica("llama", Some(vec!["big"])), Some(&p), &now());
+        let foreign = replica_status(
+            &replica("llama", Some(vec!["big"])),
+            Some(&p),
+            &open(),
+            &now(),
+        );
         let acc = get(&foreign.conditions, ACCEPTED).unwrap();
         assert_eq!(acc.status, "False");
         assert!(acc.message.contains("big"));
         assert!(!is_true(&foreign.conditions, READY));
 
-        let missing = replica_status(&replica("ghost", None), None, &now());
+        let missing = replica_status(&replica("ghost", None), None, &open(), &now());
         let rr = get(&missing.conditions, RESOLVED_REFS).unwrap();
         assert_eq!(rr.status, "False");
         assert!(rr.message.contains("\"ghost\""), "{}", rr.message);
         assert!(rr.message.contains("namespace ns"));
-        assert!(!replica_accepted(&replica("ghost", None), None));
+        assert!(!replica_accepted(&replica("ghost", None), None, &open()));
+    }
+
+    /// A replica at an address the routers refuse is not accepted, and says why.
+    #[test]
+    fn a_replica_outside_the_allowed_networks_is_not_accepted() {
+        let p = pool("llama", &[("app", "vllm")], Some(8000));
+        let mut r = replica("llama", None);
+        r.spec.address = "169.254.169.254".into();
+        let s = replica_status(&r, Some(&p), &open(), &now());
+        let acc = get(&s.conditions, ACCEPTED).unwrap();
+        assert_eq!(
+            (acc.status.as_str(), acc.reason.as_str()),
+            ("False", reason::ADDRESS_NOT_ALLOWED)
+        );
+        assert!(acc.message.contains("169.254.169.254"), "{}", acc.message);
+        assert_eq!(
+            get(&s.conditions, READY).unwrap().reason,
+            reason::ADDRESS_NOT_ALLOWED
+        );
+        assert!(!replica_accepted(&r, Some(&p), &open()));
+        let narrow = ReplicaNetworks {
+            allow: vec!["192.168.0.0/16".parse().unwrap()],
+            hostnames: false,
+        };
+        assert!(!replica_accepted(
+            &replica("llama", None),
+            Some(&p),
+            &narrow
+        ));
+        assert!(replica_accepted(&replica("llama", None), Some(&p), &open()));
+    }
+
+    /// A pool that names another namespace's model says which and whose; with none of its
+    /// models its own it is not ready. Tokenizer paths outside the root are reported.
+    #[test]
+    fn pool_conditions_report_claimed_models_and_refused_tokenizers() {
+        let mut p = pool("grab", &[("app", "vllm")], Some(8000));
+        p.spec.models = vec!["llama".into(), "own".into()];
+        let counts = PodCounts {
+            selected: 1,
+            ready: 1,
+        };
+        let claimed = [("llama".to_owned(), "zeta".to_owned())];
+        let s = pool_status(&p, counts, 1, &[], &claimed, Path::new(ROOT), &now());
+        let c = get(&s.conditions, MODELS_CLAIMED).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::MODEL_CLAIMED_BY_NAMESPACE)
+        );
+        assert!(
+            c.message.contains("\"llama\" (namespace zeta)"),
+            "{}",
+            c.message
+        );
+        assert!(
+            is_true(&s.conditions, READY),
+            "it still serves its own model"
+        );
+        assert!(get(&s.conditions, TOKENIZER_ALLOWED).is_none());
+
+        p.spec.models = vec!["llama".into()];
+        let s = pool_status(&p, counts, 1, &[], &claimed, Path::new(ROOT), &now());
+        let ready = get(&s.conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", reason::MODEL_CLAIMED_BY_NAMESPACE)
+        );
+        let s = pool_status(&p, counts, 1, &[], &[], Path::new(ROOT), &now());
+        assert!(is_true(&s.conditions, MODELS_CLAIMED));
+        assert!(is_true(&s.conditions, READY));
+
+        p.spec.kv_events = serde_json::from_value(serde_json::json!({
+            "port": 5557, "tokenizer": "/dev/zero",
+        }))
+        .unwrap();
+        let s = pool_status(&p, counts, 1, &[], &[], Path::new(ROOT), &now());
+        let t = get(&s.conditions, TOKENIZER_ALLOWED).unwrap();
+        assert_eq!(
+            (t.status.as_str(), t.reason.as_str()),
+            ("False", reason::OUTSIDE_TOKENIZER_ROOT)
+        );
+        assert!(t.message.contains("kvEvents.tokenizer"), "{}", t.message);
+        p.spec.kv_events = serde_json::from_value(serde_json::json!({
+            "port": 5557, "tokenizer": "/etc/warmpath/tokenizers/llama/tokenizer.json",
+        }))
+        .unwrap();
+        p.status = Some(s);
+        let s = pool_status(&p, counts, 1, &[], &[], Path::new(ROOT), &now());
+        assert!(is_true(&s.conditions, TOKENIZER_ALLOWED));
+        p.spec.kv_events = None;
+        p.status = Some(s);
+        let s = pool_status(&p, counts, 1, &[], &[], Path::new(ROOT), &now());
+        assert!(
+            get(&s.conditions, TOKENIZER_ALLOWED).is_none(),
+            "no paths, no condition"
+        );
+    }
+
+    /// A priority above the cap is reported as lowered; a header value another policy claimed
+    /// first makes the policy unused.
+    #[test]
+    fn tenant_conditions_report_capped_priorities_and_claimed_headers() {
+        let mut t = tenant(None);
+        t.spec.priority = 1000;
+        let s = tenant_status(
+            &t,
+            SecretView::NotReadable,
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
+        let acc = get(&s.conditions, ACCEPTED).unwrap();
+        assert_eq!(
+            (acc.status.as_str(), acc.reason.as_str()),
+            ("True", reason::PRIORITY_CAPPED)
+        );
+        assert!(acc.message.contains("priority 0"), "{}", acc.message);
+        assert!(is_true(&s.conditions, READY));
+        let own = Boundaries {
+            own_namespace: Some("ns".into()),
+            ..Default::default()
+        };
+        let s = tenant_status(&t, SecretView::NotReadable, &own, None, &now());
+        assert_eq!(
+            get(&s.conditions, ACCEPTED).unwrap().reason,
+            reason::ACCEPTED
+        );
+
+        let s = tenant_status(
+            &tenant(None),
+            SecretView::NotReadable,
+            &Boundaries::default(),
+            Some("victim/acme"),
+            &now(),
+        );
+        let acc = get(&s.conditions, ACCEPTED).unwrap();
+        assert_eq!(
+            (acc.status.as_str(), acc.reason.as_str()),
+            ("False", reason::HEADER_CLAIMED)
+        );
+        assert!(acc.message.contains("victim/acme"), "{}", acc.message);
+        assert!(!is_true(&s.conditions, READY));
+        assert_eq!(
+            get(&s.conditions, READY).unwrap().reason,
+            reason::HEADER_CLAIMED
+        );
     }
 
     fn tenant(secret: Option<(&str, Option<&str>)>) -> TenantPolicy {
@@ -565,12 +870,24 @@ mod tests {
 
     #[test]
     fn tenant_secret_checks() {
-        let plain = tenant_status(&tenant(None), SecretView::NotReadable, &now());
+        let plain = tenant_status(
+            &tenant(None),
+            SecretView::NotReadable,
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         assert!(is_true(&plain.conditions, READY));
         assert_eq!(plain.api_keys, None);
 
         let t = tenant(Some(("keys", Some("api-key"))));
-        let missing = tenant_status(&t, SecretView::Found(None), &now());
+        let missing = tenant_status(
+            &t,
+            SecretView::Found(None),
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         let rr = get(&missing.conditions, RESOLVED_REFS).unwrap();
         assert_eq!(
             (rr.status.as_str(), rr.reason.as_str()),
@@ -584,13 +901,25 @@ mod tests {
         assert!(!is_true(&missing.conditions, READY));
 
         let s = secret(&[("other", "x")]);
-        let nokey = tenant_status(&t, SecretView::Found(Some(&s)), &now());
+        let nokey = tenant_status(
+            &t,
+            SecretView::Found(Some(&s)),
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         let rr = get(&nokey.conditions, RESOLVED_REFS).unwrap();
         assert_eq!(rr.reason, reason::KEY_NOT_FOUND);
         assert!(rr.message.contains("other"), "{}", rr.message);
 
         let s = secret(&[("api-key", "sk-1")]);
-        let good = tenant_status(&t, SecretView::Found(Some(&s)), &now());
+        let good = tenant_status(
+            &t,
+            SecretView::Found(Some(&s)),
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         assert!(is_true(&good.conditions, RESOLVED_REFS));
         assert!(is_true(&good.conditions, READY));
         assert_eq!(good.api_keys, Some(1));
@@ -598,16 +927,35 @@ mod tests {
         let all = tenant(Some(("keys", None)));
         let s = secret(&[("a", "1"), ("b", "2"), ("c", "")]);
         assert_eq!(
-            tenant_status(&all, SecretView::Found(Some(&s)), &now()).api_keys,
+            tenant_status(
+                &all,
+                SecretView::Found(Some(&s)),
+                &Boundaries::default(),
+                None,
+                &now()
+            )
+            .api_keys,
             Some(2)
         );
-        let empty = tenant_status(&all, SecretView::Found(Some(&secret(&[]))), &now());
+        let empty = tenant_status(
+            &all,
+            SecretView::Found(Some(&secret(&[]))),
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         assert_eq!(
             get(&empty.conditions, RESOLVED_REFS).unwrap().reason,
             reasons::NO_KEYS
         );
 
-        let hidden = tenant_status(&t, SecretView::NotReadable, &now());
+        let hidden = tenant_status(
+            &t,
+            SecretView::NotReadable,
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         let rr = get(&hidden.conditions, RESOLVED_REFS).unwrap();
         assert!(rr.message.contains("secretNamespaces"), "{}", rr.message);
 
@@ -617,7 +965,13 @@ mod tests {
             requests_per_second: Some(5),
             ..Default::default()
         });
-        let l = tenant_status(&limited, SecretView::NotReadable, &now());
+        let l = tenant_status(
+            &limited,
+            SecretView::NotReadable,
+            &Boundaries::default(),
+            None,
+            &now(),
+        );
         assert!(!is_true(&l.conditions, ACCEPTED));
         assert!(!is_true(&l.conditions, READY));
     }

@@ -1,5 +1,6 @@
 //! The TenantPolicy reconciler: checks what the schema cannot (the API-key Secret exists, in a
-//! namespace the controller may read, and holds the key) and reports it in the status.
+//! namespace the controller may read, and holds the key; the header value is not another
+//! policy's; the priority is within the routers' cap) and reports it in the status.
 
 use crate::context::Ctx;
 use crate::error::Error;
@@ -38,7 +39,14 @@ async fn reconcile_tenant(tenant: &TenantPolicy, ctx: &Ctx) -> Result<Action, Er
         None => SecretView::NotReadable,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let new_status = status::tenant_status(tenant, view, &now);
+    let holder = ctx.claims.header_holder(&ns, &tenant.name_any());
+    let new_status = status::tenant_status(
+        tenant,
+        view,
+        &ctx.claims.boundaries,
+        holder.as_deref(),
+        &now,
+    );
     if tenant.status.as_ref() != Some(&new_status) {
         let was_resolved = tenant.status.as_ref().is_none_or(|s| {
             conditions::get(&s.conditions, RESOLVED_REFS).is_none_or(|c| c.status == "True")

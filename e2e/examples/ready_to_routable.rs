@@ -155,7 +155,7 @@ async fn main() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![name.clone()],
-                share_models_with: Vec::new(),
+                boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()
         },

@@ -120,6 +120,8 @@ pub fn controller_command(
         .env("WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "1")
         .env("WARMPATH_ADMIN_LISTEN", "127.0.0.1:0")
         .env("POD_NAME", identity)
+        .env("WARMPATH_REPLICA_NETWORKS", crate::LOOPBACK_NETWORKS)
+        .env("WARMPATH_MAX_TENANT_PRIORITY", "1000")
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null());
     cmd

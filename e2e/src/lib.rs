@@ -37,5 +37,25 @@ pub use resources::{
 /// so that the namespace's cleanup deletes them too; its value is the test namespace's name.
 pub const OWNER_LABEL: &str = "e2e.warmpath.dev/namespace";
 
+/// The boundaries of a router under test: the defaults, except that replicas may be on
+/// loopback (where the simulated engines listen) and priorities are not capped (tests of the
+/// cap set their own).
+pub fn test_boundaries() -> ::warmpath_api::boundaries::Boundaries {
+    ::warmpath_api::boundaries::Boundaries {
+        replica_networks: ::warmpath_api::boundaries::ReplicaNetworks {
+            allow: LOOPBACK_NETWORKS
+                .split(',')
+                .map(|n| n.parse().expect("a network"))
+                .collect(),
+            hostnames: false,
+        },
+        max_tenant_priority: 1000,
+        ..Default::default()
+    }
+}
+
+/// The networks of [`test_boundaries`], as `WARMPATH_REPLICA_NETWORKS` says them.
+pub const LOOPBACK_NETWORKS: &str = "127.0.0.0/8,::1/128";
+
 /// The API group of warmpath's resources.
 pub const GROUP: &str = "warmpath.dev";

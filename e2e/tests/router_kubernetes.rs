@@ -297,27 +297,6 @@ async fn readiness_waits_for_the_first_list_and_says_why() {
     ns.finish();
 }
 
-/// A completion sent with `Authorization: Bearer <key>` (or none): the status.
-async fn status_with_key(addr: SocketAddr, key: Option<&str>) -> u16 {
-    let auth = key.map(|k| format!("Bearer {k}"));
-    let headers: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|a| vec![("authorization", a)])
-        .unwrap_or_default();
-    let body = serde_json::json!({ "model": "tiny", "prompt": "hello tenants", "max_tokens": 2 });
-    warmpath_testkit::send(
-        addr,
-        "POST",
-        "/v1/completions",
-        &headers,
-        body.to_string(),
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("router answers")
-    .status
-}
-
 /// Poll until a request with each key gets the status given, or panic after `limit`.
 async fn wait_for_statuses(
     what: &str,
@@ -368,7 +347,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![n.clone()],
-                share_models_with: Vec::new(),
+                boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()
         },
@@ -412,7 +391,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
             .tenants
             .policies
             .iter()
-            .find(|t| t.name == "acme")
+            .find(|t| t.name == format!("{n}/acme"))
             .map(|t| t.api_keys.clone())
     };
     let took = wait_for("the tenant and its key", Duration::from_secs(20), || {

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use warmpath_api::boundaries::{self, Boundaries, Network, ReplicaNetworks};
 use warmpath_router::config::{LimitsConfig, PrefillFailure, TimeoutsConfig};
 use warmpath_router::kubernetes::Discovery;
 use warmpath_router::sidecar::{self, AllowList, Cidr, CidrPorts, EngineUrl, PrefillTarget};
@@ -66,6 +67,34 @@ struct Args {
         default_value = ""
     )]
     share_models_with: Vec<String>,
+    /// The networks InferenceReplicas may point at (CIDRs, comma-separated; a bare address is
+    /// one host). Empty: every address except loopback, link-local (cloud metadata) and
+    /// unspecified ones. Applies to every replica, the controller's too (they carry pod IPs).
+    #[arg(long, env = "WARMPATH_REPLICA_NETWORKS", value_delimiter = ',')]
+    replica_networks: Vec<String>,
+    /// Also accept InferenceReplicas whose address is a DNS name (not checked against
+    /// `--replica-networks`: a name may resolve elsewhere by the time it is called).
+    #[arg(long, env = "WARMPATH_REPLICA_HOSTNAMES")]
+    replica_hostnames: bool,
+    /// The directory InferencePools' `kvEvents.tokenizer` and `chatTemplate` must resolve
+    /// under (links followed); others are not read and the pool is routed without its
+    /// tokenizer. Paths in the configuration file are not bound by it.
+    #[arg(long, env = "WARMPATH_TOKENIZER_ROOT", default_value = boundaries::DEFAULT_TOKENIZER_ROOT)]
+    tokenizer_root: PathBuf,
+    /// The highest priority a TenantPolicy or InferenceObjective outside the router's own
+    /// namespace gets; higher ones are lowered to it.
+    #[arg(
+        long,
+        env = "WARMPATH_MAX_TENANT_PRIORITY",
+        default_value_t = boundaries::DEFAULT_MAX_TENANT_PRIORITY,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(-1000..=1000)
+    )]
+    max_tenant_priority: i32,
+    /// The operator's namespace (the chart sets its release's): its TenantPolicies and
+    /// objectives keep their bare names and uncapped priorities. Unset: none is exempt.
+    #[arg(long, env = "WARMPATH_ROUTER_NAMESPACE")]
+    router_namespace: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,10 +227,27 @@ fn main() -> anyhow::Result<()> {
                     .filter(|n| !n.is_empty())
                     .collect()
             };
+            let allow = names(&args.replica_networks)
+                .iter()
+                .map(|n| n.parse::<Network>())
+                .collect::<Result<Vec<_>, _>>()
+                .context("--replica-networks")?;
             Some(Discovery {
                 client,
                 namespaces: names(&args.namespaces),
-                share_models_with: names(&args.share_models_with),
+                boundaries: Boundaries {
+                    share_models_with: names(&args.share_models_with),
+                    replica_networks: ReplicaNetworks {
+                        allow,
+                        hostnames: args.replica_hostnames,
+                    },
+                    tokenizer_root: args.tokenizer_root.clone(),
+                    max_tenant_priority: args.max_tenant_priority,
+                    own_namespace: args
+                        .router_namespace
+                        .clone()
+                        .filter(|n| !n.trim().is_empty()),
+                },
             })
         } else {
             None

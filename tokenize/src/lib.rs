@@ -9,7 +9,8 @@
 //! chat messages are rendered through the model's chat template (minijinja).
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -30,6 +31,74 @@ pub enum TokenError {
     Template(String),
     #[error("this build has no HF tokenizer support (feature `hf`)")]
     NoHf,
+    #[error("{path} is not a regular file: only files are read as tokenizers or templates")]
+    NotAFile { path: String },
+    #[error("{path} is larger than {cap} bytes, the most read as a {what}")]
+    TooLarge {
+        path: String,
+        cap: u64,
+        what: &'static str,
+    },
+    #[error("{path} resolves outside {root}, the only directory tokenizers are read from")]
+    Outside { path: String, root: String },
+}
+
+/// The largest `tokenizer.json` read (the largest real ones are about 20 MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
+/// The largest chat template (or `tokenizer_config.json`) read.
+pub const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// The contents of `path`, refused unless it is a regular file of at most `cap` bytes. Checked
+/// before the file is opened (opening a FIFO would block) and again on the open file, and read
+/// through a bounded reader: a file that grows, or a device that reports no size, is never read
+/// past the cap.
+fn read_capped(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>, TokenError> {
+    let shown = || path.display().to_string();
+    let io = |source| TokenError::Read {
+        path: shown(),
+        source,
+    };
+    let too_large = || TokenError::TooLarge {
+        path: shown(),
+        cap,
+        what,
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(TokenError::NotAFile { path: shown() });
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(TokenError::NotAFile { path: shown() });
+    }
+    if meta.len() > cap {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// `path` with every link resolved, refused unless it lies under `root` (also resolved): a
+/// `..` or a symbolic link cannot lead out of the directory.
+pub fn resolve_under(root: &Path, path: &Path) -> Result<PathBuf, TokenError> {
+    let io = |p: &Path| {
+        let p = p.display().to_string();
+        move |source| TokenError::Read { path: p, source }
+    };
+    let root_real = root.canonicalize().map_err(io(root))?;
+    let real = path.canonicalize().map_err(io(path))?;
+    if real.starts_with(&root_real) && real != root_real {
+        Ok(real)
+    } else {
+        Err(TokenError::Outside {
+            path: path.display().to_string(),
+            root: root.display().to_string(),
+        })
+    }
 }
 
 /// One chat message, with its content flattened to text.
@@ -91,19 +160,24 @@ impl Tokenizer {
 
     /// Loads a HF `tokenizer.json` and optionally a chat template (a Jinja file, or a
     /// `tokenizer_config.json` whose `chat_template`, `bos_token` and `eos_token` are used).
+    /// Each file is size-capped ([`MAX_TOKENIZER_BYTES`], [`MAX_TEMPLATE_BYTES`]) and must be a
+    /// regular file.
     pub fn load(tokenizer: Option<&Path>, template: Option<&Path>) -> Result<Self, TokenError> {
         let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|source| TokenError::Read {
-                path: p.display().to_string(),
-                source,
-            })
+            let bytes = read_capped(p, MAX_TEMPLATE_BYTES, "chat template")?;
+            String::from_utf8(bytes)
+                .map_err(|e| TokenError::Template(format!("{}: {e}", p.display())))
         };
         #[cfg(feature = "hf")]
         {
             let kind = match tokenizer {
                 Some(p) => Kind::Hf(Box::new(
-                    tokenizers::Tokenizer::from_file(p)
-                        .map_err(|e| TokenError::Tokenizer(format!("{}: {e}", p.display())))?,
+                    tokenizers::Tokenizer::from_bytes(read_capped(
+                        p,
+                        MAX_TOKENIZER_BYTES,
+                        "tokenizer",
+                    )?)
+                    .map_err(|e| TokenError::Tokenizer(format!("{}: {e}", p.display())))?,
                 )),
                 None => Kind::Bytes,
             };
@@ -272,6 +346,103 @@ fn encode_bytes(bytes: &[u8]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("warmpath-tokenize-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A device that never ends, a directory and an oversized file are refused without being
+    /// read; a file at the cap is read whole.
+    #[test]
+    fn only_regular_files_within_the_cap_are_read() {
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            read_capped(Path::new("/dev/zero"), MAX_TOKENIZER_BYTES, "tokenizer"),
+            Err(TokenError::NotAFile { .. })
+        ));
+        assert!(matches!(
+            Tokenizer::load(Some(Path::new("/dev/zero")), None),
+            Err(TokenError::NotAFile { .. })
+        ));
+        assert!(matches!(
+            Tokenizer::load(None, Some(Path::new("/dev/urandom"))),
+            Err(TokenError::NotAFile { .. })
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        let dir = scratch("cap");
+        assert!(matches!(
+            read_capped(&dir, 10, "tokenizer"),
+            Err(TokenError::NotAFile { .. })
+        ));
+        let big = dir.join("big.json");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_TEMPLATE_BYTES + 1)
+            .unwrap();
+        let e = Tokenizer::load(None, Some(&big)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TokenError::TooLarge {
+                    cap: MAX_TEMPLATE_BYTES,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let fits = dir.join("fits.jinja");
+        std::fs::write(&fits, b"0123456789").unwrap();
+        assert_eq!(read_capped(&fits, 10, "chat template").unwrap().len(), 10);
+        assert!(matches!(
+            read_capped(&fits, 9, "chat template"),
+            Err(TokenError::TooLarge { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `..` and links that lead out of the root are refused; a link within it is followed.
+    #[cfg(unix)]
+    #[test]
+    fn paths_resolve_only_under_the_root() {
+        let base = scratch("root");
+        let root = base.join("tokenizers");
+        std::fs::create_dir_all(root.join("llama")).unwrap();
+        let inside = root.join("llama/tokenizer.json");
+        std::fs::write(&inside, b"{}").unwrap();
+        let outside = base.join("secret");
+        std::fs::write(&outside, b"x").unwrap();
+        assert_eq!(
+            resolve_under(&root, &inside).unwrap(),
+            inside.canonicalize().unwrap()
+        );
+        std::os::unix::fs::symlink(&inside, root.join("alias.json")).unwrap();
+        assert!(resolve_under(&root, &root.join("alias.json")).is_ok());
+        std::os::unix::fs::symlink(&outside, root.join("escape.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).unwrap();
+        for bad in [
+            root.join("escape.json"),
+            root.join("zero"),
+            root.join("../secret"),
+            root.join("llama/../../secret"),
+            PathBuf::from("/dev/zero"),
+            root.clone(),
+        ] {
+            assert!(
+                matches!(resolve_under(&root, &bad), Err(TokenError::Outside { .. })),
+                "{}",
+                bad.display()
+            );
+        }
+        assert!(matches!(
+            resolve_under(&root, &root.join("missing.json")),
+            Err(TokenError::Read { .. })
+        ));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn byte_tokens_are_deterministic_and_lossless() {

@@ -128,7 +128,7 @@ pub async fn k8s_router_with(client: &kube::Client, ns: &str, extra: &str) -> Ro
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![ns.to_owned()],
-                share_models_with: Vec::new(),
+                boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()
         },
@@ -184,6 +184,27 @@ pub async fn complete(addr: SocketAddr, prompt: &str) -> Result<Reply, String> {
         replica: r.header("x-warmpath-replica").map(str::to_owned),
         body: r.body,
     })
+}
+
+/// A completion sent with `Authorization: Bearer <key>` (or none): the status.
+pub async fn status_with_key(addr: SocketAddr, key: Option<&str>) -> u16 {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("authorization", a)])
+        .unwrap_or_default();
+    let body = serde_json::json!({ "model": "tiny", "prompt": "hello tenants", "max_tokens": 2 });
+    warmpath_testkit::send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &headers,
+        body.to_string(),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("router answers")
+    .status
 }
 
 /// A prompt of about `bytes` bytes that shares nothing with prompts of other `seed`s.

@@ -33,6 +33,11 @@ pub struct KvEventsConfig {
     /// Token ids kept by the cache of shared prompt prefixes (about 4 bytes each), so that a
     /// long system prompt is tokenized once, not with every request.
     pub prefix_cache_tokens: usize,
+    /// The directory `tokenizer` and `chat_template` must resolve under; set for pools from
+    /// the cluster (whose authors do not own the router's filesystem), never from the file
+    /// (whose author does).
+    #[serde(skip)]
+    pub root: Option<PathBuf>,
 }
 
 impl Default for KvEventsConfig {
@@ -45,6 +50,7 @@ impl Default for KvEventsConfig {
             chat_template: None,
             max_prompt_bytes: 4 << 20,
             prefix_cache_tokens: 4 << 20,
+            root: None,
         }
     }
 }

@@ -159,3 +159,20 @@ minAvailable: {{ .minAvailable }}
 maxUnavailable: {{ .maxUnavailable }}
 {{- end }}
 {{- end }}
+
+{{/* The routers' boundaries, given to the router and to the controller (whose statuses say
+what the routers leave out): see router.shareModelsWith and the values after it. */}}
+{{- define "warmpath.boundaryEnv" -}}
+- name: WARMPATH_SHARE_MODELS_WITH
+  value: {{ join "," .Values.router.shareModelsWith | quote }}
+- name: WARMPATH_REPLICA_NETWORKS
+  value: {{ join "," .Values.router.replicaNetworks | quote }}
+- name: WARMPATH_REPLICA_HOSTNAMES
+  value: {{ .Values.router.replicaHostnames | quote }}
+- name: WARMPATH_TOKENIZER_ROOT
+  value: {{ .Values.router.tokenizerRoot | quote }}
+- name: WARMPATH_MAX_TENANT_PRIORITY
+  value: {{ .Values.router.maxTenantPriority | quote }}
+- name: WARMPATH_ROUTER_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
+{{- end }}

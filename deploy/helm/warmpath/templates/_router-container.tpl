@@ -17,10 +17,7 @@
       value: {{ .Values.router.logLevel | quote }}
     - name: WARMPATH_WATCH_NAMESPACES
       value: {{ include "warmpath.watchNamespaces" . | quote }}
-    {{- with .Values.router.shareModelsWith }}
-    - name: WARMPATH_SHARE_MODELS_WITH
-      value: {{ join "," . | quote }}
-    {{- end }}
+    {{- include "warmpath.boundaryEnv" . | nindent 4 }}
     - name: POD_NAME
       valueFrom:
         fieldRef:

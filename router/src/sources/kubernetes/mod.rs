@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use warmpath_api::boundaries::Boundaries;
 use warmpath_api::llmd::{self, InferenceObjective};
 use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 
@@ -46,14 +47,16 @@ pub struct Discovery {
     pub client: Client,
     /// Namespaces to watch; empty: every namespace.
     pub namespaces: Vec<String>,
-    /// Namespaces whose pools may serve a model another namespace claimed first.
-    pub share_models_with: Vec<String>,
+    /// What the watched namespaces' resources may do (models, replica addresses, tokenizer
+    /// paths, tenants).
+    pub boundaries: Boundaries,
 }
 
 impl fmt::Debug for Discovery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Discovery")
             .field("namespaces", &self.namespaces)
+            .field("boundaries", &self.boundaries)
             .finish_non_exhaustive()
     }
 }
@@ -292,7 +295,7 @@ pub(crate) async fn run(
     let mut sent: Option<Found> = None;
     let mut warned = BTreeSet::new();
     let ns = &discovery.namespaces;
-    let share_models = discovery.share_models_with.clone();
+    let boundaries = &discovery.boundaries;
     let client = &discovery.client;
     let per_kind = ns.len().max(1);
     let all = watcher::Config::default();
@@ -405,16 +408,22 @@ pub(crate) async fn run(
         let found = translate::discovered(
             pool_objs.iter().map(|p| p.as_ref()),
             replica_objs.iter().map(|r| r.as_ref()),
-            &share_models,
+            boundaries,
         );
-        let found_tenants =
-            tenants::discovered(policy_objs.iter().map(|p| p.as_ref()), |ns, name| {
+        let found_tenants = tenants::discovered(
+            policy_objs.iter().map(|p| p.as_ref()),
+            |ns, name| {
                 let key = ObjectRef::new(name).within(ns);
                 secrets.iter().find_map(|s| s.get(&key))
-            });
+            },
+            boundaries,
+        );
         let objective_objs: Vec<_> = objectives.iter().flat_map(|s| s.state()).collect();
-        let found_objectives =
-            objectives::discovered(objective_objs.iter().map(|o| o.as_ref()), &found.pools);
+        let found_objectives = objectives::discovered(
+            objective_objs.iter().map(|o| o.as_ref()),
+            &found.pools,
+            boundaries,
+        );
         record(metrics, &found, policy_objs.len());
         tenants::warn_new(&found_tenants.problems, &mut warned);
         let next = (found.pools, found_tenants.tenants, found_objectives);
@@ -472,6 +481,9 @@ fn record(m: &KubernetesMetrics, found: &translate::Discovered, tenants: usize) 
             }
             translate::Skipped::ClaimedModel { pool, model, owner } => {
                 tracing::warn!(%pool, %model, %owner, "InferencePool names a model another namespace claimed first: not served from it (WARMPATH_SHARE_MODELS_WITH lets a namespace share)")
+            }
+            translate::Skipped::AddressNotAllowed { replica, message } => {
+                tracing::warn!(%replica, "InferenceReplica not routed: {message}")
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use crate::config::{ObjectiveConfig, PoolConfig};
 use std::collections::BTreeSet;
+use warmpath_api::boundaries::Boundaries;
 use warmpath_api::llmd::InferenceObjective;
 
 /// Priorities beyond the router's band range (llm-d allows any int32) are clamped to it.
@@ -14,10 +15,12 @@ const PRIORITY_RANGE: (i32, i32) = (-1000, 1000);
 
 /// The objectives of `objectives` (in (namespace, name) order) for the models of `pools` (the
 /// discovered ones). Objectives being deleted, naming a pool not found, or with a name no
-/// request header could carry are left out.
+/// request header could carry are left out. Priorities are capped as TenantPolicies' are
+/// (`boundaries`): an objective is another way for a namespace to ask for a band.
 pub fn discovered<'a>(
     objectives: impl IntoIterator<Item = &'a InferenceObjective>,
     pools: &[PoolConfig],
+    boundaries: &Boundaries,
 ) -> Vec<ObjectiveConfig> {
     let mut found: Vec<(String, String, ObjectiveConfig)> = objectives
         .into_iter()
@@ -42,6 +45,9 @@ pub fn discovered<'a>(
                 .priority
                 .unwrap_or(0)
                 .clamp(PRIORITY_RANGE.0, PRIORITY_RANGE.1);
+            let priority = boundaries
+                .capped_priority(ns, priority)
+                .unwrap_or_else(|cap| cap);
             Some((
                 ns.to_owned(),
                 name.to_owned(),
@@ -93,7 +99,11 @@ mod tests {
             objective("ns", "nopool", "missing", Some(3)),
             objective("ns", "elsewhere", "qwen", Some(3)),
         ];
-        let found = discovered(&objs, &pools);
+        let uncapped = Boundaries {
+            max_tenant_priority: 1000,
+            ..Default::default()
+        };
+        let found = discovered(&objs, &pools, &uncapped);
         assert_eq!(
             found,
             [
@@ -110,5 +120,16 @@ mod tests {
             ],
             "absent priority is 0, out-of-range is clamped, a pool in another namespace or none is not found"
         );
+        // The operator's cap applies as to TenantPolicies, except in its own namespace.
+        let capped = Boundaries {
+            max_tenant_priority: 5,
+            ..Default::default()
+        };
+        assert_eq!(discovered(&objs, &pools, &capped)[1].priority, 5);
+        let own = Boundaries {
+            own_namespace: Some("ns".into()),
+            ..capped
+        };
+        assert_eq!(discovered(&objs, &pools, &own)[1].priority, 1000);
     }
 }

@@ -3,19 +3,27 @@
 //! [`super::translate`] for pools, so a Secret rotated or deleted while a watch was down is
 //! picked up by the relist without incremental state.
 //!
-//! Tenants are named by the TenantPolicy's own name, without its namespace: the name is what a
-//! trusted tenant header says and what metrics are labelled with, and tenants are one set in
-//! the router. Two policies of the same name in different namespaces: the first namespace in
-//! alphabetical order wins and the other is reported.
+//! What one namespace's policies can do to another's is bounded
+//! ([`warmpath_api::boundaries`]):
+//! - A tenant is named `namespace/name` (bare `name` in the router's own namespace), and that
+//!   is also its header value unless `spec.header` says otherwise: policies of the same name in
+//!   two namespaces are two tenants, and neither shadows the other.
+//! - An explicit header value belongs to the policy that claimed it first (creation time); a
+//!   later policy naming it is not routed ([`Problem::HeaderTaken`]). A value with a `/` must
+//!   start with the policy's own namespace, so no policy can take another namespace's default.
+//! - An API key belongs to the policy whose Secret held it first; a later policy loses that key
+//!   only ([`Problem::KeyTaken`]), so no policy can void another's keys by copying them.
+//! - Priorities above the operator's cap are lowered to it ([`Problem::PriorityCapped`]).
 //!
 //! What is left out is returned as [`Problem`]s for the caller to log; none of them ever holds
 //! an API key's value (only the Secret's and the data key's names).
 
 use crate::config::{is_token, TenantPolicyConfig};
 use k8s_openapi::api::core::v1::Secret;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
+use warmpath_api::boundaries::{header_problem, taken_claims, Boundaries};
 use warmpath_api::v1::{TenantLimits, TenantPolicy};
 use warmpath_flow::TenantLimitsConfig;
 
@@ -26,8 +34,21 @@ const MIN_KEY_LEN: usize = 8;
 /// are `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Problem {
-    /// Another namespace's TenantPolicy of the same name was taken; this one is not routed.
-    DuplicateName { policy: String, kept: String },
+    /// Its header value is one an earlier TenantPolicy (`holder`) claimed; not routed.
+    HeaderTaken {
+        policy: String,
+        header: String,
+        holder: String,
+    },
+    /// An API key of its Secret is one an earlier TenantPolicy (`holder`) holds; that key is
+    /// left out of this policy.
+    KeyTaken { policy: String, holder: String },
+    /// Its priority is above the operator's cap and was lowered to it.
+    PriorityCapped {
+        policy: String,
+        asked: i32,
+        cap: i32,
+    },
     /// The referenced Secret does not exist (or is not visible): the tenant has no keys.
     SecretMissing { policy: String, secret: String },
     /// The Secret exists but has no such data key: the tenant has no keys.
@@ -61,9 +82,21 @@ pub enum BadKey {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Problem::DuplicateName { policy, kept } => write!(
+            Problem::HeaderTaken {
+                policy,
+                header,
+                holder,
+            } => write!(
                 f,
-                "TenantPolicy {policy} skipped: {kept} has the same name, and tenants are named without their namespace"
+                "TenantPolicy {policy} skipped: its header value {header:?} belongs to TenantPolicy {holder}, which claimed it first"
+            ),
+            Problem::KeyTaken { policy, holder } => write!(
+                f,
+                "TenantPolicy {policy}: an API key in its Secret is already TenantPolicy {holder}'s (claimed first); that key is left out"
+            ),
+            Problem::PriorityCapped { policy, asked, cap } => write!(
+                f,
+                "TenantPolicy {policy}: spec.priority {asked} is above the router's --max-tenant-priority; it is served at {cap}"
             ),
             Problem::SecretMissing { policy, secret } => write!(
                 f,
@@ -192,10 +225,12 @@ fn keys_of(
 }
 
 /// The router's settings for one TenantPolicy, with its keys from `secret` (looked up by
-/// namespace and name). `Err` when the policy cannot be routed at all.
+/// namespace and name), named and capped per `boundaries`. `Err` when the policy cannot be
+/// routed at all.
 pub fn tenant(
     policy: &TenantPolicy,
     secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+    boundaries: &Boundaries,
     problems: &mut Vec<Problem>,
 ) -> Result<TenantPolicyConfig, Problem> {
     let ns = policy.metadata.namespace.as_deref().unwrap_or_default();
@@ -211,6 +246,9 @@ pub fn tenant(
             return Err(invalid(
                 "spec.header must be printable ASCII without spaces".to_owned(),
             ));
+        }
+        if let Some(problem) = header_problem(ns, h) {
+            return Err(invalid(problem));
         }
     }
     if !(1..=1000).contains(&spec.weight) {
@@ -244,13 +282,23 @@ pub fn tenant(
             }
         }
     };
+    let priority = boundaries
+        .capped_priority(ns, spec.priority)
+        .unwrap_or_else(|cap| {
+            problems.push(Problem::PriorityCapped {
+                policy: id.clone(),
+                asked: spec.priority,
+                cap,
+            });
+            cap
+        });
     Ok(TenantPolicyConfig {
-        name: name.to_owned(),
+        name: boundaries.tenant_name(ns, name),
         header: spec.header.clone(),
         api_keys,
         api_keys_file: None,
         weight: spec.weight,
-        priority: spec.priority,
+        priority,
         sheddable: spec.sheddable,
         max_queued_requests: spec
             .limits
@@ -261,44 +309,67 @@ pub fn tenant(
     })
 }
 
-/// Every routable tenant, in (namespace, name) order, with its API keys from `secret`.
-/// Policies being deleted are left out (their tenant is going away, as a deleted pool's
-/// replicas are).
+/// Every routable tenant, in (namespace, name) order, with its API keys from `secret`, header
+/// values and keys going to the policy that claimed them first (see the module doc). Policies
+/// being deleted are left out (their tenant is going away, as a deleted pool's replicas are).
 pub fn discovered<'a>(
     policies: impl IntoIterator<Item = &'a TenantPolicy>,
     secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+    boundaries: &Boundaries,
 ) -> Found {
-    let mut sorted: Vec<(&str, &str, &TenantPolicy)> = policies
+    let mut sorted: Vec<&TenantPolicy> = policies
         .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            Some((
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref()?,
-                p,
-            ))
-        })
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.metadata.name.is_some())
         .collect();
-    sorted.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let id = |p: &TenantPolicy| {
+        format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            p.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    sorted.sort_by_key(|p| id(p));
     let mut found = Found::default();
-    let mut by_name: HashMap<&str, String> = HashMap::new();
-    for (ns, name, policy) in sorted {
-        let id = format!("{ns}/{name}");
-        if let Some(kept) = by_name.get(name) {
-            found.problems.push(Problem::DuplicateName {
-                policy: id,
-                kept: kept.clone(),
-            });
-            continue;
-        }
-        match tenant(policy, &secret, &mut found.problems) {
-            Ok(t) => {
-                by_name.insert(name, id);
-                found.tenants.push(t);
-            }
+    let mut routed: Vec<(&TenantPolicy, TenantPolicyConfig)> = Vec::new();
+    for policy in sorted {
+        match tenant(policy, &secret, boundaries, &mut found.problems) {
+            Ok(t) => routed.push((policy, t)),
             Err(p) => found.problems.push(p),
         }
     }
+    let headers: Vec<_> = routed
+        .iter()
+        .map(|(p, t)| (&p.metadata, vec![t.header_value().to_owned()]))
+        .collect();
+    let lost_headers = taken_claims(&headers);
+    let mut kept = Vec::new();
+    for (i, lost) in lost_headers.into_iter().enumerate() {
+        match lost.into_iter().next() {
+            Some((header, holder)) => found.problems.push(Problem::HeaderTaken {
+                policy: id(routed[i].0),
+                header,
+                holder: id(routed[holder].0),
+            }),
+            None => kept.push(routed[i].clone()),
+        }
+    }
+    let keys: Vec<_> = kept
+        .iter()
+        .map(|(p, t)| (&p.metadata, t.api_keys.clone()))
+        .collect();
+    let lost_keys = taken_claims(&keys);
+    for (i, lost) in lost_keys.into_iter().enumerate() {
+        let (policy, mut tenant) = kept[i].clone();
+        for (key, holder) in lost {
+            tenant.api_keys.retain(|k| *k != key);
+            found.problems.push(Problem::KeyTaken {
+                policy: id(policy),
+                holder: id(kept[holder].0),
+            });
+        }
+        found.tenants.push(tenant);
+    }
+    found.problems.dedup();
     found
 }
 
@@ -321,7 +392,7 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use kube::api::ObjectMeta;
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
     use warmpath_api::v1::TenantPolicySpec;
 
     fn policy(ns: &str, name: &str, spec: serde_json::Value) -> TenantPolicy {
@@ -376,12 +447,12 @@ mod tests {
                 },
             }),
         );
-        let found = discovered([&p], |_, _| None);
+        let found = discovered([&p], |_, _| None, &Boundaries::default());
         assert!(found.problems.is_empty(), "{:?}", found.problems);
         assert_eq!(
             found.tenants,
             [TenantPolicyConfig {
-                name: "acme".into(),
+                name: "ml/acme".into(),
                 header: Some("acme-corp".into()),
                 api_keys: Vec::new(),
                 api_keys_file: None,
@@ -399,10 +470,14 @@ mod tests {
             }]
         );
         // Defaults: weight 1, no limits, the name as header value.
-        let plain = discovered([&policy("ml", "plain", serde_json::json!({}))], |_, _| None);
+        let plain = discovered(
+            [&policy("ml", "plain", serde_json::json!({}))],
+            |_, _| None,
+            &Boundaries::default(),
+        );
         let t = &plain.tenants[0];
         assert_eq!((t.weight, t.priority, t.sheddable), (1, 0, false));
-        assert_eq!(t.header_value(), "plain");
+        assert_eq!(t.header_value(), "ml/plain", "scoped to its namespace");
         assert!(t.limits.is_unlimited() && t.max_queued_requests.is_none());
     }
 
@@ -428,10 +503,10 @@ mod tests {
             "all",
             serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
         );
-        let found = discovered([&one], lookup(&s));
+        let found = discovered([&one], lookup(&s), &Boundaries::default());
         assert_eq!(found.tenants[0].api_keys, ["sk-primary-0001"]);
         assert!(found.problems.is_empty(), "{:?}", found.problems);
-        let found = discovered([&all], lookup(&s));
+        let found = discovered([&all], lookup(&s), &Boundaries::default());
         // Data keys in order (again, blank, primary, secondary); the repeat counted once and
         // the blank value skipped quietly.
         assert_eq!(
@@ -459,7 +534,7 @@ mod tests {
             "acme",
             serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
         );
-        let found = discovered([&p], lookup(&s));
+        let found = discovered([&p], lookup(&s), &Boundaries::default());
         assert_eq!(found.tenants[0].api_keys, ["sk-good-key-1"]);
         let mut why: Vec<(&str, BadKey)> = found
             .problems
@@ -510,7 +585,11 @@ mod tests {
             "c",
             serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
         );
-        let found = discovered([&missing_secret, &missing_key, &elsewhere], lookup(&s));
+        let found = discovered(
+            [&missing_secret, &missing_key, &elsewhere],
+            lookup(&s),
+            &Boundaries::default(),
+        );
         assert_eq!(found.tenants.len(), 3);
         assert!(found.tenants.iter().all(|t| t.api_keys.is_empty()));
         assert_eq!(
@@ -533,23 +612,140 @@ mod tests {
         );
     }
 
+    fn created(mut p: TenantPolicy, seconds: i64) -> TenantPolicy {
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
+        ));
+        p
+    }
+
+    /// Policies of the same name in two namespaces are two tenants; the router's own namespace
+    /// keeps bare names.
     #[test]
-    fn the_same_name_in_two_namespaces_keeps_the_first_namespace() {
+    fn tenants_are_named_within_their_namespace() {
         let b = policy("team-b", "acme", serde_json::json!({"weight": 2}));
         let a = policy("team-a", "acme", serde_json::json!({"weight": 3}));
-        let other = policy("team-b", "zeta", serde_json::json!({}));
-        let found = discovered([&b, &other, &a], |_, _| None);
-        let names: Vec<(&str, u32)> = found
+        let own = policy("system", "gold", serde_json::json!({}));
+        let boundaries = Boundaries {
+            own_namespace: Some("system".into()),
+            ..Default::default()
+        };
+        let found = discovered([&b, &own, &a], |_, _| None, &boundaries);
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        let names: Vec<(&str, &str, u32)> = found
             .tenants
             .iter()
-            .map(|t| (t.name.as_str(), t.weight))
+            .map(|t| (t.name.as_str(), t.header_value(), t.weight))
             .collect();
-        assert_eq!(names, [("acme", 3), ("zeta", 1)]);
+        assert_eq!(
+            names,
+            [
+                ("gold", "gold", 1),
+                ("team-a/acme", "team-a/acme", 3),
+                ("team-b/acme", "team-b/acme", 2)
+            ]
+        );
+    }
+
+    /// A policy created later cannot take an earlier one's header value (it is refused) nor its
+    /// API keys (it loses those keys, keeps its own), whatever its namespace sorts as; a value
+    /// of another namespace's form is refused outright.
+    #[test]
+    fn header_values_and_keys_belong_to_the_policy_that_claimed_them_first() {
+        let s = secrets(&[
+            ("victim", "keys", secret(&[("k", b"sk-victim-key-1")])),
+            (
+                "attacker",
+                "keys",
+                secret(&[("a", b"sk-victim-key-1"), ("b", b"sk-attacker-own")]),
+            ),
+        ]);
+        let victim = created(
+            policy(
+                "victim",
+                "acme",
+                serde_json::json!({"header": "acme", "apiKeySecretRef": {"name": "keys"}}),
+            ),
+            100,
+        );
+        let copycat = created(
+            policy(
+                "attacker",
+                "acme",
+                serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
+            ),
+            200,
+        );
+        let squatter = created(
+            policy("attacker", "squat", serde_json::json!({"header": "acme"})),
+            300,
+        );
+        let impostor = created(
+            policy(
+                "attacker",
+                "impostor",
+                serde_json::json!({"header": "victim/other"}),
+            ),
+            50,
+        );
+        let found = discovered(
+            [&squatter, &copycat, &impostor, &victim],
+            lookup(&s),
+            &Boundaries::default(),
+        );
+        let tenants: Vec<(&str, &[String])> = found
+            .tenants
+            .iter()
+            .map(|t| (t.name.as_str(), t.api_keys.as_slice()))
+            .collect();
+        assert_eq!(
+            tenants,
+            [
+                ("attacker/acme", &["sk-attacker-own".to_owned()][..]),
+                ("victim/acme", &["sk-victim-key-1".to_owned()][..]),
+            ]
+        );
+        assert!(found.problems.contains(&Problem::KeyTaken {
+            policy: "attacker/acme".into(),
+            holder: "victim/acme".into()
+        }));
+        assert!(found.problems.contains(&Problem::HeaderTaken {
+            policy: "attacker/squat".into(),
+            header: "acme".into(),
+            holder: "victim/acme".into()
+        }));
+        assert!(found.problems.iter().any(
+            |p| matches!(p, Problem::Invalid { policy, .. } if policy == "attacker/impostor")
+        ));
+        for p in &found.problems {
+            assert!(!p.to_string().contains("sk-"), "{p}");
+        }
+    }
+
+    /// Priorities above the operator's cap are lowered to it (and reported), except in the
+    /// router's own namespace.
+    #[test]
+    fn priorities_are_capped_by_the_operator() {
+        let greedy = policy("team", "greedy", serde_json::json!({"priority": 1000}));
+        let gold = policy("system", "gold", serde_json::json!({"priority": 900}));
+        let boundaries = Boundaries {
+            max_tenant_priority: 10,
+            own_namespace: Some("system".into()),
+            ..Default::default()
+        };
+        let found = discovered([&greedy, &gold], |_, _| None, &boundaries);
+        let priorities: Vec<(&str, i32)> = found
+            .tenants
+            .iter()
+            .map(|t| (t.name.as_str(), t.priority))
+            .collect();
+        assert_eq!(priorities, [("gold", 900), ("team/greedy", 10)]);
         assert_eq!(
             found.problems,
-            [Problem::DuplicateName {
-                policy: "team-b/acme".into(),
-                kept: "team-a/acme".into()
+            [Problem::PriorityCapped {
+                policy: "team/greedy".into(),
+                asked: 1000,
+                cap: 10
             }]
         );
     }
@@ -569,9 +765,13 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
         let ok = policy("ml", "ok", serde_json::json!({}));
-        let found = discovered([&burst_alone, &heavy, &leaving, &ok], |_, _| None);
+        let found = discovered(
+            [&burst_alone, &heavy, &leaving, &ok],
+            |_, _| None,
+            &Boundaries::default(),
+        );
         assert_eq!(found.tenants.len(), 1);
-        assert_eq!(found.tenants[0].name, "ok");
+        assert_eq!(found.tenants[0].name, "ml/ok");
         assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
         assert!(matches!(
             &found.problems[0],

@@ -8,11 +8,15 @@
 //! Model names are one namespace's: a model is served by the namespace whose InferencePool
 //! named it first (the oldest pool; ties by namespace name), and a pool in another namespace
 //! that names it gets none of its requests ([`Skipped::ClaimedModel`]) unless the operator lets
-//! that namespace share models (`share_with`). Otherwise anyone who may create a pool in one
-//! namespace could take a share of another namespace's prompts by naming its model.
+//! that namespace share models. Otherwise anyone who may create a pool in one namespace could
+//! take a share of another namespace's prompts by naming its model. Replicas whose address the
+//! operator does not allow are left out ([`Skipped::AddressNotAllowed`]), and a pool's
+//! tokenizer paths are read only under the operator's root. The rules are
+//! [`warmpath_api::boundaries`]', which the controller reports in status.
 
 use crate::config::{Engine, FailureMode, PoolConfig, ReplicaConfig, Role};
 use std::collections::{BTreeMap, HashMap};
+use warmpath_api::boundaries::{self, Boundaries};
 use warmpath_api::v1::{self as api, InferencePool, InferenceReplica, PickerFailureMode};
 
 /// Why an InferenceReplica is not routed to; counted and logged by the caller.
@@ -28,6 +32,8 @@ pub enum Skipped {
         model: String,
         owner: String,
     },
+    /// Its address is not one the operator lets InferenceReplicas point at.
+    AddressNotAllowed { replica: String, message: String },
 }
 
 /// The routed pools and what was left out.
@@ -56,34 +62,15 @@ fn key(ns: Option<&str>, name: Option<&str>) -> Option<(String, String)> {
     Some((ns.unwrap_or_default().to_owned(), name?.to_owned()))
 }
 
-/// Each model's owning namespace: that of the oldest pool naming it (ties: the namespace, then
-/// the pool's name, in order), so that every router replica settles the same owner.
-fn model_owners(by_key: &HashMap<(String, String), &InferencePool>) -> HashMap<String, String> {
-    let mut claims: Vec<(&(String, String), &&InferencePool)> = by_key.iter().collect();
-    claims.sort_by(|(ka, a), (kb, b)| {
-        let created = |p: &InferencePool| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        // Pools without a creation time (never from an API server) sort last.
-        let (ca, cb) = (created(a), created(b));
-        (ca.is_none(), ca, ka).cmp(&(cb.is_none(), cb, kb))
-    });
-    let mut owners = HashMap::new();
-    for ((ns, _), pool) in claims {
-        for model in &pool.spec.models {
-            owners.entry(model.clone()).or_insert_with(|| ns.clone());
-        }
-    }
-    owners
-}
-
 /// Build the pool list. Objects being deleted are left out (their endpoints are going away);
 /// a replica joins its pool's entry when it serves the pool's models in the pool's role, and a
 /// separate entry of the same pool name otherwise (a subset of models, another role). Models
-/// another namespace claimed first are left out of a pool (see the module doc), unless its
-/// namespace is in `share_with`.
+/// another namespace claimed first are left out of a pool (see the module doc), and so are
+/// replicas at addresses `boundaries` does not allow.
 pub fn discovered<'a>(
     pools: impl IntoIterator<Item = &'a InferencePool>,
     replicas: impl IntoIterator<Item = &'a InferenceReplica>,
-    share_with: &[String],
+    boundaries: &Boundaries,
 ) -> Discovered {
     let by_key: HashMap<(String, String), &InferencePool> = pools
         .into_iter()
@@ -95,24 +82,18 @@ pub fn discovered<'a>(
             ))
         })
         .collect();
-    let owners = model_owners(&by_key);
+    let owners = boundaries::model_owners(by_key.values().copied());
     let mut skipped = Vec::new();
     // A pool's models less those claimed by another namespace (each refusal reported once).
     let mut claimed = std::collections::BTreeSet::new();
     let mut own_models = |ns: &str, pool: &str, models: Vec<String>| -> Vec<String> {
-        if share_with.iter().any(|s| s == ns) {
-            return models;
+        let elsewhere = boundaries::claimed_elsewhere(ns, &models, &owners, boundaries);
+        let mut models = models;
+        models.retain(|m| !elsewhere.iter().any(|(c, _)| c == m));
+        for (model, owner) in elsewhere {
+            claimed.insert((format!("{ns}/{pool}"), model, owner));
         }
         models
-            .into_iter()
-            .filter(|m| match owners.get(m) {
-                Some(owner) if owner != ns => {
-                    claimed.insert((format!("{ns}/{pool}"), m.clone(), owner.clone()));
-                    false
-                }
-                _ => true,
-            })
-            .collect()
     };
     // (pool name, models, role, engine) → replicas; BTreeMap for a stable order.
     type Group = (String, Vec<String>, Role, Engine);
@@ -137,6 +118,15 @@ pub fn discovered<'a>(
         };
         if let Err(message) = r.spec.check_against(&r.spec.pool, &pool.spec) {
             skipped.push(Skipped::ForeignModels {
+                replica: replica_name,
+                message,
+            });
+            continue;
+        }
+        // Every replica, not only hand-written ones: the managed-by label that marks the
+        // controller's is one anyone who may write a replica can set.
+        if let Err(message) = boundaries.replica_networks.check(&r.spec.address) {
+            skipped.push(Skipped::AddressNotAllowed {
                 replica: replica_name,
                 message,
             });
@@ -213,6 +203,7 @@ pub fn discovered<'a>(
                         topic: kv.topic.clone(),
                         tokenizer: kv.tokenizer.as_ref().map(Into::into),
                         chat_template: kv.chat_template.as_ref().map(Into::into),
+                        root: Some(boundaries.tokenizer_root.clone()),
                         ..Default::default()
                     }
                 });
@@ -301,7 +292,7 @@ mod tests {
             replica("a", "r1", "p", "10.0.0.1"),
             replica("b", "r1", "p", "fd00::1"),
         ];
-        let d = discovered(&pools, &replicas, &[]);
+        let d = discovered(&pools, &replicas, &Boundaries::default());
         assert!(d.skipped.is_empty());
         assert_eq!(d.pools.len(), 2);
         assert_eq!(d.pools[0].name, "a/p");
@@ -339,7 +330,7 @@ mod tests {
             replica("attacker", "a0", "grab", "10.0.0.66"),
             replica("attacker", "a1", "only-llama", "10.0.0.67"),
         ];
-        let d = discovered(&pools, &replicas, &[]);
+        let d = discovered(&pools, &replicas, &Boundaries::default());
         let serving: Vec<(&str, &[String])> = d
             .pools
             .iter()
@@ -364,7 +355,11 @@ mod tests {
             );
         }
         // Shared by the operator's word.
-        let d = discovered(&pools, &replicas, &["attacker".to_owned()]);
+        let shared = Boundaries {
+            share_models_with: vec!["attacker".to_owned()],
+            ..Default::default()
+        };
+        let d = discovered(&pools, &replicas, &shared);
         assert!(d.skipped.is_empty(), "{:?}", d.skipped);
         let llama: Vec<&str> = d
             .pools
@@ -381,9 +376,61 @@ mod tests {
             created(pool("b", "p", &["m"]), 5),
             created(pool("a", "p", &["m"]), 5),
         ];
-        let d = discovered(&tie, &[], &[]);
+        let d = discovered(&tie, &[], &Boundaries::default());
         assert_eq!(d.pools.len(), 1);
         assert_eq!(d.pools[0].name, "a/p");
+    }
+
+    /// A replica pointing where the operator does not allow (loopback, the metadata service, a
+    /// name, outside the listed networks) is left out with the reason; the rest of its pool
+    /// still routes. The controller's label does not exempt a replica.
+    #[test]
+    fn replicas_outside_the_allowed_networks_are_left_out() {
+        let pools = [pool("a", "p", &["m"])];
+        let mut labelled = replica("a", "labelled", "p", "127.0.0.1");
+        labelled.metadata.labels = Some(
+            [(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "warmpath-controller".to_owned(),
+            )]
+            .into(),
+        );
+        let replicas = [
+            replica("a", "ok", "p", "10.0.0.1"),
+            replica("a", "metadata", "p", "169.254.169.254"),
+            replica("a", "named", "p", "vllm.example.com"),
+            labelled,
+        ];
+        let d = discovered(&pools, &replicas, &Boundaries::default());
+        let routed: Vec<&str> = d.pools[0]
+            .replicas
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(routed, ["a/ok"]);
+        let refused: Vec<&str> = d
+            .skipped
+            .iter()
+            .filter_map(|s| match s {
+                Skipped::AddressNotAllowed { replica, .. } => Some(replica.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(refused, ["a/metadata", "a/named", "a/labelled"]);
+        let narrow = Boundaries {
+            replica_networks: warmpath_api::boundaries::ReplicaNetworks {
+                allow: vec!["192.168.0.0/16".parse().unwrap()],
+                hostnames: true,
+            },
+            ..Default::default()
+        };
+        let d = discovered(&pools, &replicas, &narrow);
+        let routed: Vec<&str> = d.pools[0]
+            .replicas
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(routed, ["a/named"]);
     }
 
     #[test]
@@ -394,7 +441,7 @@ mod tests {
         });
         let mut closed = pool("a", "q", &["n"]);
         closed.spec.endpoint_picker = Some(Default::default());
-        let d = discovered(&[open, closed], &[], &[]);
+        let d = discovered(&[open, closed], &[], &Boundaries::default());
         assert_eq!(d.pools[0].failure_mode, Some(FailureMode::Open));
         assert_eq!(d.pools[1].failure_mode, Some(FailureMode::Closed));
     }
@@ -415,7 +462,7 @@ mod tests {
             gone,
             foreign,
         ];
-        let d = discovered(&pools, &replicas, &[]);
+        let d = discovered(&pools, &replicas, &Boundaries::default());
         assert_eq!(d.pools.len(), 1);
         assert!(d.pools[0].replicas.is_empty(), "{:?}", d.pools[0]);
         assert_eq!(d.pools[0].models, ["m"]);
@@ -438,7 +485,7 @@ mod tests {
         let mut decode = replica("a", "r3", "p", "10.0.0.3");
         decode.spec.role = Some(api::Role::Decode);
         let replicas = [replica("a", "r1", "p", "10.0.0.1"), subset, decode];
-        let d = discovered(&pools, &replicas, &[]);
+        let d = discovered(&pools, &replicas, &Boundaries::default());
         assert_eq!(d.pools.len(), 3, "{:?}", d.pools);
         assert!(d.pools.iter().all(|p| p.name == "a/p"));
         let full = d
@@ -456,7 +503,11 @@ mod tests {
     fn disabled_metrics_turn_scraping_off() {
         let mut p = pool("a", "p", &["m"]);
         p.spec.metrics.enabled = false;
-        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")], &[]);
+        let d = discovered(
+            &[p],
+            &[replica("a", "r", "p", "10.0.0.1")],
+            &Boundaries::default(),
+        );
         assert_eq!(d.pools[0].metrics_path, None);
     }
 
@@ -464,7 +515,11 @@ mod tests {
     fn a_separate_metrics_port_is_kept() {
         let mut p = pool("a", "p", &["m"]);
         p.spec.metrics.port = Some(9100);
-        let d = discovered(&[p], &[replica("a", "r", "p", "10.0.0.1")], &[]);
+        let d = discovered(
+            &[p],
+            &[replica("a", "r", "p", "10.0.0.1")],
+            &Boundaries::default(),
+        );
         assert_eq!(d.pools[0].metrics_port, Some(9100));
         assert_eq!(d.pools[0].replicas[0].url, "http://10.0.0.1:8000");
     }
@@ -480,7 +535,11 @@ mod tests {
             "chatTemplate": "/etc/warmpath/tokenizers/llama/tokenizer_config.json",
         }))
         .unwrap();
-        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")], &[]);
+        let d = discovered(
+            [&p],
+            [&replica("ml", "r0", "llama", "10.0.0.7")],
+            &Boundaries::default(),
+        );
         let kv = d.pools[0].kv_events.as_ref().expect("kv_events");
         assert_eq!(kv.endpoint.as_deref(), Some("tcp://{host}:5557"));
         assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://{host}:5558"));
@@ -492,6 +551,13 @@ mod tests {
             ))
         );
         assert!(kv.chat_template.is_some());
+        assert_eq!(
+            kv.root.as_deref(),
+            Some(std::path::Path::new(
+                warmpath_api::boundaries::DEFAULT_TOKENIZER_ROOT
+            )),
+            "read only under the operator's root"
+        );
         assert_eq!(
             kv.endpoint_for("10.0.0.7", None).as_deref(),
             Some("tcp://10.0.0.7:5557")
@@ -506,7 +572,11 @@ mod tests {
     fn a_pools_lora_adapters_reach_the_router() {
         let mut p = pool("ml", "llama", &["llama", "llama-sql"]);
         p.spec.lora_adapters = vec!["llama-sql".into()];
-        let d = discovered([&p], [&replica("ml", "r0", "llama", "10.0.0.7")], &[]);
+        let d = discovered(
+            [&p],
+            [&replica("ml", "r0", "llama", "10.0.0.7")],
+            &Boundaries::default(),
+        );
         assert_eq!(d.pools[0].lora_adapters, ["llama-sql"]);
     }
 }
