@@ -73,10 +73,17 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
         .expect("CRDs");
     // Namespaced RBAC: the binaries watch this namespace only, so that other tests' pools are
     // not theirs to reconcile.
+    // The simulated engines listen on loopback, which replicas may not point at by default:
+    // the operator's allow list, through the chart's value (both binaries read it).
     ns.helm_install(
         &chart,
         "wp",
-        &["--set", &format!("rbac.watchNamespaces[0]={n}")],
+        &[
+            "--set",
+            &format!("rbac.watchNamespaces[0]={n}"),
+            "--set",
+            "router.replicaNetworks={127.0.0.0/8}",
+        ],
     )
     .expect("helm install");
     let admin = ns.client();
