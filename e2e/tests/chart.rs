@@ -273,6 +273,8 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .find("Secret", "wp-warmpath-router-session-key")
                 .expect("session key Secret");
             assert!(key["data"]["key"].as_str().is_some_and(|k| k.len() >= 24));
+            // Peering is off: no peers key.
+            assert!(out.find("Secret", "wp-warmpath-router-peers-key").is_none());
             let volumes = d["spec"]["template"]["spec"]["volumes"]
                 .as_sequence()
                 .expect("volumes");
@@ -1155,6 +1157,35 @@ async fn router_accepts_the_config_the_chart_renders() {
     assert_eq!(
         headless["spec"]["selector"], service["spec"]["selector"],
         "selects the router pods"
+    );
+    // Placements sealed with a secret the chart makes (kept across upgrades), mounted where
+    // the configuration points.
+    assert_eq!(
+        config.peers.key_file.as_deref(),
+        Some(std::path::Path::new("/var/run/warmpath/peers-key/key"))
+    );
+    let key = out
+        .find("Secret", "wp-warmpath-router-peers-key")
+        .expect("the peers key Secret");
+    let secret = key["data"]["key"].as_str().expect("a key");
+    // 48 random characters, base64: more than the 32 bytes the router asks for.
+    assert_eq!(secret.len(), 64);
+    let pod = &deploy["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"].as_str() == Some("wp-warmpath-router-peers-key"))
+        .expect("the peers key volume");
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("mounted in the router");
+    assert_eq!(
+        mount["mountPath"].as_str(),
+        Some("/var/run/warmpath/peers-key")
     );
 }
 

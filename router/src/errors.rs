@@ -349,8 +349,10 @@ pub enum PeersError {
     #[error("peers.listen `{endpoint}`: {source}")]
     Bind {
         endpoint: String,
-        source: zeromq::ZmqError,
+        source: warmpath_zmtp::Error,
     },
+    #[error("peers.key_file: {0}")]
+    Key(String),
 }
 
 /// Why the API listener's certificate or key did not load (`crate::server::tls`).

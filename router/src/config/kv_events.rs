@@ -33,6 +33,10 @@ pub struct KvEventsConfig {
     /// Token ids kept by the cache of shared prompt prefixes (about 4 bytes each), so that a
     /// long system prompt is tokenized once, not with every request.
     pub prefix_cache_tokens: usize,
+    /// The largest KV-event message (a batch of one engine step's events, or a replayed one)
+    /// read from an engine; a frame announcing more closes that connection before anything is
+    /// buffered for it (the router reconnects).
+    pub max_message_bytes: usize,
 }
 
 impl Default for KvEventsConfig {
@@ -45,6 +49,7 @@ impl Default for KvEventsConfig {
             chat_template: None,
             max_prompt_bytes: 4 << 20,
             prefix_cache_tokens: 4 << 20,
+            max_message_bytes: warmpath_kv_events::subscriber::DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -82,8 +87,13 @@ impl KvEventsConfig {
                 }
             }
         }
-        if self.max_prompt_bytes == 0 {
-            return Err((at.key("max_prompt_bytes"), "must be > 0".to_owned()));
+        for (field, value) in [
+            ("max_prompt_bytes", self.max_prompt_bytes),
+            ("max_message_bytes", self.max_message_bytes),
+        ] {
+            if value == 0 {
+                return Err((at.key(field), "must be > 0".to_owned()));
+            }
         }
         Ok(())
     }

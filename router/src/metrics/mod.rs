@@ -253,7 +253,7 @@ impl Metrics {
         let peer_messages = Family::<PeerLabels, Counter>::default();
         registry.register(
             "peer_messages",
-            "Placement messages exchanged with the other routers (peers): sent, dropped (send queue full), placed and prefilled (received and applied), and skipped (own, unknown_replica, other_hashing, undecodable)",
+            "Placement messages exchanged with the other routers (peers): sent, dropped (send queue full), placed and prefilled (received and applied), and skipped (own, unknown_replica, other_hashing, undecodable, and with peers.key_file unauthenticated: not sealed with the key, stale: sent more than 30 s from this router's clock)",
             peer_messages.clone(),
         );
         let peers_followed = Gauge::default();
