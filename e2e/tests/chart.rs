@@ -115,8 +115,6 @@ fn matrix(ns: &str) -> Vec<Case> {
         Case {
             name: "network-policy",
             args: s(&[
-                "--set",
-                "router.networkPolicy.enabled=true",
                 "--set-json",
                 r#"router.networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
                 "--set",
@@ -275,6 +273,8 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .find("Secret", "wp-warmpath-router-session-key")
                 .expect("session key Secret");
             assert!(key["data"]["key"].as_str().is_some_and(|k| k.len() >= 24));
+            // Peering is off: no peers key.
+            assert!(out.find("Secret", "wp-warmpath-router-peers-key").is_none());
             let volumes = d["spec"]["template"]["spec"]["volumes"]
                 .as_sequence()
                 .expect("volumes");
@@ -302,7 +302,7 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 Some(60)
             );
             // The API Service publishes the API only; the admin port has a ClusterIP Service
-            // of its own; no NetworkPolicy unless asked for.
+            // of its own; a NetworkPolicy by default, the admin port to the namespace's pods.
             let ports = |name: &str| -> Vec<String> {
                 let svc = out
                     .find("Service", name)
@@ -323,7 +323,16 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 ),
                 "ClusterIP"
             );
-            assert_eq!(out.of_kind("NetworkPolicy").count(), 0, "{case}");
+            let np = out
+                .find("NetworkPolicy", router)
+                .expect("a NetworkPolicy by default");
+            let ingress = np["spec"]["ingress"].as_sequence().expect("ingress");
+            let ports: Vec<&str> = ingress
+                .iter()
+                .map(|rule| str_at(&rule["ports"][0], &["port"]))
+                .collect();
+            assert_eq!(ports, ["http", "admin"], "{case}: {np:?}");
+            assert!(ingress[1]["from"][0]["podSelector"].is_mapping(), "{np:?}");
             // The router reads pools and replicas from the cluster by default.
             let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
             assert!(
@@ -436,16 +445,24 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 .find("NetworkPolicy", router)
                 .expect("router NetworkPolicy");
             let ingress = np["spec"]["ingress"].as_sequence().expect("ingress");
-            assert_eq!(str_at(&ingress[0]["ports"][0], &["port"]), "http");
-            assert!(ingress[0]["from"].is_null(), "the API is open: {np:?}");
-            assert_eq!(str_at(&ingress[1]["ports"][0], &["port"]), "admin");
-            // Peering's port: the router pods only.
-            assert_eq!(str_at(&ingress[2]["ports"][0], &["port"]), "peers");
+            let rule = |port: &str| {
+                ingress
+                    .iter()
+                    .find(|r| str_at(&r["ports"][0], &["port"]) == port)
+                    .unwrap_or_else(|| panic!("no rule for {port}: {np:?}"))
+            };
+            assert!(rule("http")["from"].is_null(), "the API is open: {np:?}");
+            // The picker's port: the cluster's pods (the Gateway's), not the world.
             assert!(
-                ingress[2]["from"][0]["podSelector"]["matchLabels"].is_mapping(),
+                rule("grpc-ext-proc")["from"][0]["namespaceSelector"].is_mapping(),
                 "{np:?}"
             );
-            let from = ingress[1]["from"].as_sequence().expect("admin peers");
+            // Peering's port: the router pods only.
+            assert!(
+                rule("peers")["from"][0]["podSelector"]["matchLabels"].is_mapping(),
+                "{np:?}"
+            );
+            let from = rule("admin")["from"].as_sequence().expect("admin peers");
             assert_eq!(from.len(), 2, "{np:?}");
             assert!(
                 from[0]["podSelector"].is_mapping(),
@@ -1140,6 +1157,35 @@ async fn router_accepts_the_config_the_chart_renders() {
     assert_eq!(
         headless["spec"]["selector"], service["spec"]["selector"],
         "selects the router pods"
+    );
+    // Placements sealed with a secret the chart makes (kept across upgrades), mounted where
+    // the configuration points.
+    assert_eq!(
+        config.peers.key_file.as_deref(),
+        Some(std::path::Path::new("/var/run/warmpath/peers-key/key"))
+    );
+    let key = out
+        .find("Secret", "wp-warmpath-router-peers-key")
+        .expect("the peers key Secret");
+    let secret = key["data"]["key"].as_str().expect("a key");
+    // 48 random characters, base64: more than the 32 bytes the router asks for.
+    assert_eq!(secret.len(), 64);
+    let pod = &deploy["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"].as_str() == Some("wp-warmpath-router-peers-key"))
+        .expect("the peers key volume");
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("mounted in the router");
+    assert_eq!(
+        mount["mountPath"].as_str(),
+        Some("/var/run/warmpath/peers-key")
     );
 }
 

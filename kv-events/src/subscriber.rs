@@ -1,4 +1,6 @@
-//! A ZMQ SUB socket for KV events (feature `zmq`).
+//! A ZMQ SUB socket for KV events, and vLLM's replay client (feature `zmq`), on
+//! `warmpath-zmtp`: every frame an engine (or anyone who reaches the socket) announces is
+//! checked against the message bound before it is buffered.
 //!
 //! vLLM's publisher connects to a non-wildcard endpoint, so the subscriber binds it; one
 //! subscriber can receive from many engines, telling them apart by topic. A publisher given a
@@ -6,16 +8,22 @@
 //! replicas) connect to it ([`KvEventSubscriber::connect`]); the socket reconnects by itself
 //! when the engine restarts.
 
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use bytes::Bytes;
+use warmpath_zmtp::{DealerSocket, Options, SubSocket};
 
 use crate::frames::{decode_message, KvMessage};
 use crate::DecodeError;
 
+/// The largest message read by default: vLLM batches a step's events into one message, and a
+/// long prompt's `BlockStored` carries every token id (16 MiB is about a million blocks'
+/// hashes, or four million token ids).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
+
 /// Why receiving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SubscribeError {
-    #[error("zmq: {0}")]
-    Zmq(#[from] zeromq::ZmqError),
+    #[error("zmtp: {0}")]
+    Zmtp(#[from] warmpath_zmtp::Error),
     #[error("decode: {0}")]
     Decode(#[from] DecodeError),
     #[error("the replay did not finish in time")]
@@ -25,30 +33,36 @@ pub enum SubscribeError {
 /// The sequence number that ends a replay (vLLM sends -1 as a signed 8-byte integer).
 pub const END_SEQ: [u8; 8] = [0xFF; 8];
 
+fn options(max_message_bytes: usize) -> Options {
+    Options::default().with_max_message_bytes(max_message_bytes)
+}
+
+fn subscribed(topic_prefix: &str, max_message_bytes: usize) -> SubSocket {
+    let socket = SubSocket::new(options(max_message_bytes));
+    socket.subscribe(topic_prefix.as_bytes());
+    socket
+}
+
 /// Ask a publisher's replay endpoint (vLLM's `replay_endpoint`, a ROUTER socket) for every
 /// batch it still keeps from sequence number `from` on, as vLLM's protocol has it: a DEALER
 /// sends `["", from]` and receives `["", topic, seq, payload]` per batch, then `["", "",
-/// END_SEQ, ""]`. At most `max` messages are kept (the rest are read and dropped) and the whole
-/// exchange must end within `timeout`.
+/// END_SEQ, ""]`. At most `max` messages are kept (the rest are read and dropped), none larger
+/// than `max_message_bytes`, and the whole exchange must end within `timeout`.
 pub async fn replay(
     endpoint: &str,
     from: u64,
     max: usize,
+    max_message_bytes: usize,
     timeout: std::time::Duration,
 ) -> Result<Vec<KvMessage>, SubscribeError> {
     let exchange = async {
-        let mut socket = DealerSocket::new();
-        socket.connect(endpoint).await?;
-        let request: Vec<bytes::Bytes> = vec![
-            bytes::Bytes::new(),
-            bytes::Bytes::copy_from_slice(&from.to_be_bytes()),
-        ];
+        let mut socket = DealerSocket::connect(endpoint, options(max_message_bytes)).await?;
         socket
-            .send(ZmqMessage::try_from(request).expect("two frames"))
+            .send(&[Bytes::new(), Bytes::copy_from_slice(&from.to_be_bytes())])
             .await?;
         let mut out = Vec::new();
         loop {
-            let frames = socket.recv().await?.into_vec();
+            let frames = socket.recv().await?;
             // ["", topic, seq, payload]: the empty delimiter first.
             let body = frames.get(1..).unwrap_or_default();
             if body.get(1).is_some_and(|s| s.as_ref() == END_SEQ) {
@@ -64,7 +78,7 @@ pub async fn replay(
         .unwrap_or(Err(SubscribeError::ReplayTimeout))
 }
 
-/// A bound SUB socket that yields decoded messages.
+/// A SUB socket that yields decoded messages.
 pub struct KvEventSubscriber {
     socket: SubSocket,
     endpoint: String,
@@ -72,23 +86,38 @@ pub struct KvEventSubscriber {
 
 impl KvEventSubscriber {
     /// Binds `endpoint` (e.g. `tcp://127.0.0.1:5557`, port 0 picks one) and subscribes to
-    /// topics starting with `topic_prefix` ("" for all).
+    /// topics starting with `topic_prefix` ("" for all), with messages of at most
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`].
     pub async fn bind(endpoint: &str, topic_prefix: &str) -> Result<Self, SubscribeError> {
-        let mut socket = SubSocket::new();
-        let bound = socket.bind(endpoint).await?;
-        socket.subscribe(topic_prefix).await?;
-        Ok(Self {
-            socket,
-            endpoint: bound.to_string(),
-        })
+        Self::bind_with(endpoint, topic_prefix, DEFAULT_MAX_MESSAGE_BYTES).await
+    }
+
+    /// [`Self::bind`] with messages of at most `max_message_bytes`.
+    pub async fn bind_with(
+        endpoint: &str,
+        topic_prefix: &str,
+        max_message_bytes: usize,
+    ) -> Result<Self, SubscribeError> {
+        let mut socket = subscribed(topic_prefix, max_message_bytes);
+        let endpoint = socket.bind(endpoint).await?;
+        Ok(Self { socket, endpoint })
     }
 
     /// Connects to a publisher that binds `endpoint` (e.g. `tcp://10.0.0.7:5557`) and
-    /// subscribes to topics starting with `topic_prefix`.
+    /// subscribes to topics starting with `topic_prefix`. The connection is made in the
+    /// background, and made again whenever it fails: only a malformed endpoint is an error.
     pub async fn connect(endpoint: &str, topic_prefix: &str) -> Result<Self, SubscribeError> {
-        let mut socket = SubSocket::new();
-        socket.subscribe(topic_prefix).await?;
-        socket.connect(endpoint).await?;
+        Self::connect_with(endpoint, topic_prefix, DEFAULT_MAX_MESSAGE_BYTES).await
+    }
+
+    /// [`Self::connect`] with messages of at most `max_message_bytes`.
+    pub async fn connect_with(
+        endpoint: &str,
+        topic_prefix: &str,
+        max_message_bytes: usize,
+    ) -> Result<Self, SubscribeError> {
+        let mut socket = subscribed(topic_prefix, max_message_bytes);
+        socket.connect(endpoint)?;
         Ok(Self {
             socket,
             endpoint: endpoint.to_owned(),
@@ -101,8 +130,8 @@ impl KvEventSubscriber {
     }
 
     /// The raw frames of the next message.
-    pub async fn recv_frames(&mut self) -> Result<Vec<bytes::Bytes>, SubscribeError> {
-        Ok(self.socket.recv().await?.into_vec())
+    pub async fn recv_frames(&mut self) -> Result<Vec<Bytes>, SubscribeError> {
+        Ok(self.socket.recv().await?)
     }
 
     /// The next message, decoded. A message that does not decode is an error for that message

@@ -61,6 +61,15 @@ impl ApiError {
             dropped: None,
         }
     }
+    /// 500: the router itself failed (a panic on a worker thread); the details go to the log.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+            message.into(),
+        )
+    }
     /// 401: the API key is missing or unknown (never echoed).
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(
@@ -340,8 +349,10 @@ pub enum PeersError {
     #[error("peers.listen `{endpoint}`: {source}")]
     Bind {
         endpoint: String,
-        source: zeromq::ZmqError,
+        source: warmpath_zmtp::Error,
     },
+    #[error("peers.key_file: {0}")]
+    Key(String),
 }
 
 /// Why the API listener's certificate or key did not load (`crate::server::tls`).

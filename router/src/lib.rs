@@ -219,6 +219,10 @@ pub async fn start_with(
     };
     let draining = Arc::new(AtomicBool::new(false));
     let body_budget_bytes = config.limits.max_buffered_body_bytes;
+    let tokenize = Arc::new(api::tokenize::TokenizePool::of(
+        &config.limits,
+        metrics.clone(),
+    ));
     let stall_watch = body::StallWatch::new(
         Duration::from_millis(config.timeouts.write_stall_ms),
         metrics.client_write_stalls.clone(),
@@ -305,6 +309,7 @@ pub async fn start_with(
         },
         admission: admission.clone(),
         decisions: decisions.clone(),
+        tokenize: tokenize.clone(),
     };
     let api = api::stack(api::StackParts {
         tables: tables.clone(),
@@ -318,6 +323,7 @@ pub async fn start_with(
         body_budget_bytes,
         stall_watch: stall_watch.clone(),
         decisions: decisions.clone(),
+        tokenize,
     });
     let admin = admin::service(admin::AdminState {
         tables: tables.clone(),

@@ -411,6 +411,46 @@ async fn a_replica_failing_every_answer_is_ejected_after_a_run() {
     rt.shutdown().await;
 }
 
+/// A 500 whose body blames the request (vLLM's `BadRequestError` shape) is the client's doing:
+/// a client sending only such requests reaches its answers as they came but ejects nothing,
+/// however many it sends; the same replica failing with a server error is ejected as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_that_blame_the_request_never_eject_a_replica() {
+    fn refused(_: usize) -> (u16, String) {
+        let body = r#"{"object":"error","message":"the chat template does not render","type":"BadRequestError","param":null,"code":400}"#;
+        (500, body.to_owned())
+    }
+    let (bad, _, rt) = bad_and_good(
+        refused,
+        "health:\n  eject_base_ms: 60000\n  eject_max_ms: 60000\n",
+    )
+    .await;
+    let mut refusals = 0;
+    for i in 0..40 {
+        let r = post(rt.addr, "/v1/completions", &completion(&format!("q{i}"), 1)).await;
+        match r.status {
+            200 => assert_eq!(r.replica(), "r1"),
+            500 => {
+                refusals += 1;
+                assert!(r.body.contains("does not render"), "{}", r.body);
+            }
+            s => panic!("{s}: {}", r.body),
+        }
+    }
+    assert_eq!(bad.requests().len(), refusals, "every one reached it");
+    assert!(
+        refusals > 5,
+        "more than a run's worth reached it: {refusals}"
+    );
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        1.0,
+        "{m}"
+    );
+    rt.shutdown().await;
+}
+
 /// A replica failing every other answer never fails a run of them, but half its answers fail:
 /// it is ejected once it has given `failure_window` answers, as Envoy's failure-percentage rule
 /// would; without the rule it would keep half its clients failing for good.

@@ -29,6 +29,11 @@ struct Fleet {
 }
 
 async fn fleet(replicas: u16, sim_extra: &[&str], kv_extra: &str) -> Fleet {
+    fleet_with(replicas, sim_extra, kv_extra, "").await
+}
+
+/// [`fleet`] with `top` (YAML lines) added to the router's configuration.
+async fn fleet_with(replicas: u16, sim_extra: &[&str], kv_extra: &str, top: &str) -> Fleet {
     let port = free_ports(replicas);
     let endpoint = format!("tcp://*:{port}");
     let n = replicas.to_string();
@@ -44,7 +49,8 @@ async fn fleet(replicas: u16, sim_extra: &[&str], kv_extra: &str) -> Fleet {
     ];
     args.extend_from_slice(sim_extra);
     let sim = sim(&args).await;
-    let mut y = String::from(
+    let mut y = String::from(top);
+    y.push_str(
         "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nresponse_headers: { decision: true }\npools:\n  - name: p\n    models: [tiny]\n",
     );
     y.push_str(&format!("    kv_events: {{ {kv_extra} }}\n    replicas:\n"));
@@ -182,32 +188,74 @@ async fn evictions_and_restarts_are_followed() {
 /// cached tokens equal the engine's own for at least 95% of them.
 #[tokio::test]
 async fn predictions_match_the_engine_on_a_seeded_mix() {
-    seeded_mix(fleet(2, &["--kv-blocks", "512"], "").await).await;
+    let f = fleet(2, &["--kv-blocks", "512"], "").await;
+    seeded_mix(&f).await;
+    f.rt.shutdown().await;
 }
 
-/// The same with a real BPE tokenizer and chat template (the tiny model's, which the vLLM
-/// peer serves) in the engine and in the router.
+const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tokenize/tests/fixtures/tiny"
+);
+
+/// The simulator's arguments and the pool's `kv_events` settings for the tiny model's real BPE
+/// tokenizer and chat template (which the vLLM peer serves), in the engine and in the router.
+fn real_tokenizer() -> ([String; 6], String) {
+    let tokenizer = format!("{TINY}/tokenizer.json");
+    let template = format!("{TINY}/tokenizer_config.json");
+    let kv = format!("tokenizer: \"{tokenizer}\", chat_template: \"{template}\"");
+    let sim = [
+        "--kv-blocks".to_owned(),
+        "512".to_owned(),
+        "--tokenizer".to_owned(),
+        tokenizer,
+        "--chat-template".to_owned(),
+        template,
+    ];
+    (sim, kv)
+}
+
+/// The same with the real tokenizer: every prompt is tokenized on the pool of threads, off the
+/// async workers.
 #[tokio::test]
 async fn predictions_match_with_a_real_tokenizer_and_chat_template() {
-    let dir = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tokenize/tests/fixtures/tiny"
-    );
-    let tokenizer = format!("{dir}/tokenizer.json");
-    let template = format!("{dir}/tokenizer_config.json");
-    let sim_args = [
-        "--kv-blocks",
-        "512",
-        "--tokenizer",
-        tokenizer.as_str(),
-        "--chat-template",
-        template.as_str(),
-    ];
-    let kv = format!("tokenizer: \"{tokenizer}\", chat_template: \"{template}\"");
-    seeded_mix(fleet(2, &sim_args, &kv).await).await;
+    let (sim, kv) = real_tokenizer();
+    let sim: Vec<&str> = sim.iter().map(String::as_str).collect();
+    let f = fleet(2, &sim, &kv).await;
+    seeded_mix(&f).await;
+    let m = router_metrics(f.rt.admin_addr).await;
+    let pooled = metric(&m, "warmpath_tokenize_total", &[("result", "pooled")]);
+    assert!(pooled >= 60.0, "tokenized on the pool: {pooled}\n{m}");
+    f.rt.shutdown().await;
 }
 
-async fn seeded_mix(f: Fleet) {
+/// With one tokenizing thread and no room to wait, a burst of long prompts is still served in
+/// full: what finds the thread busy is routed without its tokens instead of waiting.
+#[tokio::test]
+async fn a_busy_tokenizer_pool_routes_without_tokens_rather_than_queue() {
+    let (sim, kv) = real_tokenizer();
+    let sim: Vec<&str> = sim.iter().map(String::as_str).collect();
+    let top = "limits: { tokenize_threads: 1, tokenize_queue: 0 }\n";
+    let f = fleet_with(1, &sim, &kv, top).await;
+    let m0 = router_metrics(f.rt.admin_addr).await;
+    let before = |name| metric(&m0, "warmpath_tokenize_total", &[("result", name)]);
+    let (pooled0, busy0) = (before("pooled"), before("busy"));
+    let burst = (0..24u64).map(|i| async move {
+        let body = json!({"model": "tiny", "prompt": text(500 + i, 3000), "max_tokens": 1});
+        direct(f.rt.addr, "/v1/completions", &body).await
+    });
+    for reply in futures_util::future::join_all(burst).await {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let m = router_metrics(f.rt.admin_addr).await;
+    let after = |name| metric(&m, "warmpath_tokenize_total", &[("result", name)]);
+    let (pooled, busy) = (after("pooled") - pooled0, after("busy") - busy0);
+    assert_eq!(pooled + busy, 24.0, "each request counted once:\n{m}");
+    assert!(pooled >= 1.0, "the pool tokenized some:\n{m}");
+    f.rt.shutdown().await;
+}
+
+async fn seeded_mix(f: &Fleet) {
     let a = cached_token_agreement(
         f.rt.addr,
         &["tiny"],
@@ -218,7 +266,6 @@ async fn seeded_mix(f: Fleet) {
     )
     .await;
     a.assert_at_least(95);
-    f.rt.shutdown().await;
 }
 
 /// A router that starts after the engines has missed their first events; with the replay

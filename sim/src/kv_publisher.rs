@@ -11,12 +11,12 @@
 //! the end marker `[identity, "", "", 0xFF×8, ""]`.
 
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use warmpath_kv_events::{encode_message, EventBatch, KvEvent};
-use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use warmpath_zmtp::{Options, PubSocket, RouterSocket};
 
 /// The sequence number vLLM sends to end a replay (-1 as a signed 8-byte integer).
 pub const END_SEQ: [u8; 8] = [0xFF; 8];
@@ -44,7 +44,6 @@ pub fn endpoint_for(endpoint: &str, index: usize) -> String {
     }
 }
 
-/// Starts the publisher task; send batches of events into the returned queue.
 /// Starts the publisher task; send batches of events into the returned queue. `replay`: the
 /// replay endpoint and how many batches it keeps.
 pub fn spawn(
@@ -57,42 +56,29 @@ pub fn spawn(
     tx
 }
 
-/// vLLM's (libzmq's) `*` host is every interface; the zeromq crate spells it 0.0.0.0.
-fn bindable(endpoint: &str) -> String {
-    endpoint.replacen("://*:", "://0.0.0.0:", 1)
-}
-
 async fn run(
     endpoint: String,
     topic: String,
     replay: Option<(String, usize)>,
     mut rx: mpsc::Receiver<Vec<KvEvent>>,
 ) {
-    let mut socket = PubSocket::new();
-    if is_wildcard(&endpoint) {
-        if let Err(e) = socket.bind(&bindable(&endpoint)).await {
-            tracing::error!(%endpoint, error = %e, "binding the KV-event socket failed");
-            return;
-        }
+    // Batches are dropped per subscriber when it does not keep up, as vLLM's PUB does.
+    let mut socket = PubSocket::new(Options::default());
+    let attached = if is_wildcard(&endpoint) {
+        socket.bind(&endpoint).await.map(drop)
     } else {
-        // The subscriber may come up later: keep trying, dropping batches meanwhile.
-        loop {
-            tokio::select! {
-                r = socket.connect(&endpoint) => match r {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::debug!(%endpoint, error = %e, "KV-event subscriber not reachable yet");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                },
-                batch = rx.recv() => if batch.is_none() { return },
-            }
-        }
+        // The subscriber may come up later: the socket keeps trying, batches are dropped
+        // meanwhile.
+        socket.connect(&endpoint)
+    };
+    if let Err(e) = attached {
+        tracing::error!(%endpoint, error = %e, "opening the KV-event socket failed");
+        return;
     }
     let mut replayer = None;
     if let Some((at, keep)) = replay {
-        let mut router = RouterSocket::new();
-        match router.bind(&bindable(&at)).await {
+        let mut router = RouterSocket::new(Options::default());
+        match router.bind(&at).await {
             Ok(_) => replayer = Some((router, keep, VecDeque::<(u64, Bytes)>::new())),
             Err(e) => {
                 tracing::error!(endpoint = %at, error = %e, "binding the replay socket failed")
@@ -138,22 +124,18 @@ async fn run(
             kept.push_back((seq, frames[2].clone()));
         }
         seq += 1;
-        let msg = ZmqMessage::try_from(frames).expect("three frames");
-        if let Err(e) = socket.send(msg).await {
-            tracing::warn!(error = %e, "sending KV events failed");
-        }
+        socket.send(frames);
     }
 }
 
 /// Answer one replay request: every kept batch from the asked sequence number on, then the
 /// end marker.
 async fn serve_replay(
-    router: &mut RouterSocket,
+    router: &RouterSocket,
     topic: &[u8],
     kept: &VecDeque<(u64, Bytes)>,
-    request: ZmqMessage,
+    frames: Vec<Bytes>,
 ) {
-    let frames = request.into_vec();
     let (Some(identity), Some(start)) = (frames.first(), frames.last()) else {
         return;
     };
@@ -161,7 +143,6 @@ async fn serve_replay(
         tracing::warn!("replay request without an 8-byte start sequence");
         return;
     };
-    let reply = |parts: Vec<Bytes>| ZmqMessage::try_from(parts).expect("non-empty");
     for (seq, payload) in kept.iter().filter(|(s, _)| *s >= start) {
         let parts = vec![
             identity.clone(),
@@ -170,7 +151,7 @@ async fn serve_replay(
             Bytes::copy_from_slice(&seq.to_be_bytes()),
             payload.clone(),
         ];
-        if router.send(reply(parts)).await.is_err() {
+        if router.send(parts).await.is_err() {
             return;
         }
     }
@@ -181,7 +162,7 @@ async fn serve_replay(
         Bytes::copy_from_slice(&END_SEQ),
         Bytes::new(),
     ];
-    let _ = router.send(reply(end)).await;
+    let _ = router.send(end).await;
 }
 
 #[cfg(test)]

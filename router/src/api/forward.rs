@@ -5,7 +5,8 @@
 
 use super::{Chosen, StageFuture};
 use crate::body::{
-    Accounting, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, SseError, StallWatch, UsageScan,
+    Accounting, ErrorPeek, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, Peeked, SseError,
+    StallWatch, UsageScan,
 };
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
@@ -313,8 +314,12 @@ fn respond(
         let permit = permit.clone();
         move |tokens| permit.set_output(tokens)
     });
+    // A 502 or 503 is judged on its head (`passive_health`); another 5xx when its body has
+    // said whose fault it was.
+    let peeked = (status >= 500 && status != 502 && status != 503)
+        .then(|| Arc::new(parking_lot::Mutex::new(Peeked::default())));
     let counted = UsageScan::new(
-        IdleTimeout::new(pooled, idle),
+        ErrorPeek::new(IdleTimeout::new(pooled, idle), peeked.clone()),
         report,
         request.features().stream,
     );
@@ -324,7 +329,13 @@ fn respond(
     let on_end = move |outcome: Outcome| {
         match outcome {
             Outcome::Ended if status < 500 => inflight.replica().health.on_success(),
-            Outcome::Ended => {}
+            Outcome::Ended => match &peeked {
+                Some(p) if p.lock().blames_the_request() => {
+                    tracing::debug!(replica = %inflight.replica().name, status, "an error answer that blames the request; not held against the replica");
+                }
+                Some(_) => table.answer_failed(inflight.replica(), &model),
+                None => {}
+            },
             Outcome::Abandoned => {
                 metrics.client_disconnects.inc();
             }

@@ -5,7 +5,8 @@
 //! RequestId        x-request-id in and out, access log
 //! Endpoints        /v1/models and /health answered here; errors become OpenAI-shaped answers
 //!  └ ReadBody      bounded, timed body read                       (413, 408)
-//!    Parse         the routing fields only                        (400, 404)
+//!    Parse         the routing fields only (prompts tokenized off  (400, 404)
+//!                  the async workers, `tokenize`)
 //!    Admission     flow control's seam: admit, queue or refuse    (429)
 //!    Retry         another replica after a refused connection, before any byte was sent
 //!    Choose        prefix index + scheduler → one replica         (503)
@@ -33,6 +34,7 @@ pub mod request_id;
 pub mod retry;
 #[cfg(test)]
 mod tests;
+pub mod tokenize;
 
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
@@ -203,6 +205,8 @@ pub struct StackParts {
     pub stall_watch: Arc<crate::body::StallWatch>,
     /// Explained and sampled decisions, for the admin listener.
     pub decisions: Arc<crate::decisions::DecisionLog>,
+    /// Where prompts are tokenized (shared with the endpoint picker).
+    pub tokenize: Arc<tokenize::TokenizePool>,
 }
 
 /// The whole API stack for requests with body type `B`.
@@ -235,7 +239,7 @@ where
             parts.body_budget_bytes,
             parts.metrics.clone(),
         )))
-        .layer(parse::ParseLayer)
+        .layer(parse::ParseLayer::new(parts.tokenize.clone()))
         .layer(admission::AdmissionLayer::new(parts.admission.clone()))
         .layer(retry::RetryLayer::new(
             retry::MAX_ATTEMPTS,

@@ -7,29 +7,44 @@
 //! a prefill server or a KV transfer ([`crate::request::PD_FIELDS`]) are removed here, so that
 //! they reach an engine only through a split the router made (which sets its own).
 
-use super::{Parsed, Read, Rejection};
+use super::tokenize::TokenizePool;
+use super::{Parsed, Read, Rejection, StageFuture};
 use crate::errors::{ApiError, RespBody};
+use crate::request::{Endpoint, RequestFeatures};
 use crate::state::table::Table;
 use futures_util::future::Either;
 use http::Response;
 use std::future::{ready, Future, Ready};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ParseLayer;
+#[derive(Debug, Clone)]
+pub struct ParseLayer {
+    pool: Arc<TokenizePool>,
+}
+
+impl ParseLayer {
+    pub fn new(pool: Arc<TokenizePool>) -> Self {
+        Self { pool }
+    }
+}
 
 impl<S> Layer<S> for ParseLayer {
     type Service = Parse<S>;
     fn layer(&self, inner: S) -> Parse<S> {
-        Parse { inner }
+        Parse {
+            inner,
+            pool: self.pool.clone(),
+        }
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct Parse<S> {
     inner: S,
+    pool: Arc<TokenizePool>,
 }
 
 /// The model label for a request that failed after parsing.
@@ -43,53 +58,94 @@ fn model_label(table: &Table, model: &str) -> String {
 
 impl<S> Service<Read> for Parse<S>
 where
-    S: Service<Parsed, Response = Response<RespBody>, Error = ApiError>,
-    S::Future: Unpin,
+    S: Service<Parsed, Response = Response<RespBody>, Error = ApiError> + Clone + Send + 'static,
+    S::Future: Unpin + Send,
 {
     type Response = Response<RespBody>;
     type Error = Rejection;
-    type Future = Either<Labelled<S::Future>, Ready<Result<Response<RespBody>, Rejection>>>;
+    /// Inline: the next stage's future as it is, or the refusal. Tokenized on the pool: one
+    /// more allocation, only for models routed from KV events.
+    type Future = Either<
+        Labelled<S::Future>,
+        Either<
+            Ready<Result<Response<RespBody>, Rejection>>,
+            StageFuture<Response<RespBody>, Rejection>,
+        >,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         self.inner.poll_ready(cx).map_err(Rejection::before_parse)
     }
 
-    fn call(&mut self, mut read: Read) -> Self::Future {
-        let mut features = match features(
+    fn call(&mut self, read: Read) -> Self::Future {
+        if read.ctx.table.tokenizes() {
+            // The service made ready is the one that must be called.
+            let clone = self.inner.clone();
+            let mut inner = std::mem::replace(&mut self.inner, clone);
+            let pool = self.pool.clone();
+            return Either::Right(Either::Right(Box::pin(async move {
+                let ctx = &read.ctx;
+                let features = pool
+                    .features(
+                        ctx.endpoint,
+                        read.body.clone(),
+                        &read.head.headers,
+                        &ctx.table,
+                    )
+                    .await?;
+                let parsed = parsed(read, features)?;
+                let model = parsed.features.model.clone();
+                Labelled {
+                    inner: inner.call(parsed),
+                    model,
+                }
+                .await
+            })));
+        }
+        let parsed = features(
             read.ctx.endpoint,
             &read.body,
             &read.head.headers,
             &read.ctx.table,
-        ) {
-            Ok(f) => f,
-            Err(rejection) => return Either::Right(ready(Err(rejection))),
-        };
-        let peer = crate::tenants::PeerAddr::ip_of(&read.head.extensions);
-        if features.session.id.is_some() {
-            features.session.client = Some(session_client(&read.head.extensions, peer));
+        )
+        .and_then(|features| parsed(read, features));
+        match parsed {
+            Ok(parsed) => {
+                let model = parsed.features.model.clone();
+                Either::Left(Labelled {
+                    inner: self.inner.call(parsed),
+                    model,
+                })
+            }
+            Err(rejection) => Either::Right(Either::Left(ready(Err(rejection)))),
         }
-        if !read.ctx.table.tenants.trusts(peer) {
-            read.head.headers.remove(super::forward::PREFILLER_HEADER);
-            if features.pd_fields {
-                match without_pd_fields(&read.body) {
-                    Some(body) => read.body = body,
-                    None => {
-                        let error = ApiError::bad_request(
-                            "invalid_body",
-                            "The request body could not be re-encoded without its prefill/decode fields.",
-                        );
-                        let model = model_label(&read.ctx.table, &features.model);
-                        return Either::Right(ready(Err(Rejection { error, model })));
-                    }
+    }
+}
+
+/// The request with its features, less what a client may not send: its session is counted
+/// against its own share, and unless it is a trusted source its prefill/decode steering goes.
+fn parsed(mut read: Read, mut features: RequestFeatures) -> Result<Parsed, Rejection> {
+    let peer = crate::tenants::PeerAddr::ip_of(&read.head.extensions);
+    if features.session.id.is_some() {
+        features.session.client = Some(session_client(&read.head.extensions, peer));
+    }
+    if !read.ctx.table.tenants.trusts(peer) {
+        read.head.headers.remove(super::forward::PREFILLER_HEADER);
+        if features.pd_fields {
+            match without_pd_fields(&read.body) {
+                Some(body) => read.body = body,
+                None => {
+                    let error = ApiError::bad_request(
+                        "invalid_body",
+                        "The request body could not be re-encoded without its prefill/decode fields.",
+                    );
+                    let model = model_label(&read.ctx.table, &features.model);
+                    return Err(Rejection { error, model });
                 }
             }
         }
-        let model = features.model.clone();
-        Either::Left(Labelled {
-            inner: self.inner.call(Parsed { read, features }),
-            model,
-        })
     }
+    Ok(Parsed { read, features })
 }
 
 /// Whose share of the session map a new session id counts against: the tenant the request
@@ -119,18 +175,39 @@ fn without_pd_fields(body: &[u8]) -> Option<bytes::Bytes> {
 }
 
 /// The request's features from its body and headers, for a model the table serves: the parse
-/// stage of the proxy and of the endpoint picker alike. A refusal carries its metric label.
+/// stage of the proxy and of the endpoint picker alike, tokenizing inline (see
+/// [`super::tokenize`] for the pool). A refusal carries its metric label.
 pub(crate) fn features(
-    endpoint: crate::request::Endpoint,
+    endpoint: Endpoint,
     body: &[u8],
     headers: &http::HeaderMap,
     table: &Table,
-) -> Result<crate::request::RequestFeatures, Rejection> {
-    let mut features = crate::request::parse(endpoint, body, &table.hasher, |model| {
-        let p = table.precise(model)?;
+) -> Result<RequestFeatures, Rejection> {
+    finish_features(parse_body(endpoint, body, table, true)?, headers, table)
+}
+
+/// The body's routing fields; its prompt tokenized when `tokenize` and its model is routed from
+/// KV events (within the model's `max_prompt_bytes`). The part that may take milliseconds.
+pub(crate) fn parse_body(
+    endpoint: Endpoint,
+    body: &[u8],
+    table: &Table,
+    tokenize: bool,
+) -> Result<RequestFeatures, Rejection> {
+    crate::request::parse(endpoint, body, &table.hasher, |model| {
+        let p = table.precise(model).filter(|_| tokenize)?;
         (body.len() <= p.max_prompt_bytes).then(|| p.tokens.clone())
     })
-    .map_err(Rejection::before_parse)?;
+    .map_err(Rejection::before_parse)
+}
+
+/// The rest of [`features`], after the body is parsed: the prompt's scope, the session, and the
+/// refusal of models no pool serves.
+pub(crate) fn finish_features(
+    mut features: RequestFeatures,
+    headers: &http::HeaderMap,
+    table: &Table,
+) -> Result<RequestFeatures, Rejection> {
     // The engine caches an adapter's or a salted prompt's blocks apart: so does the approximate
     // index (the precise keys fold the same in `choose`, with the adapters events name too).
     let adapter = table
@@ -152,7 +229,7 @@ pub(crate) fn features(
 fn session_of(
     headers: &http::HeaderMap,
     config: &crate::config::SessionsConfig,
-    features: &crate::request::RequestFeatures,
+    features: &RequestFeatures,
 ) -> crate::sessions::SessionRef {
     if !config.enabled {
         return Default::default();

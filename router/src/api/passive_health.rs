@@ -1,8 +1,9 @@
 //! Passive health: what forwarding tells about a replica. A refused or unreachable connection
 //! ejects it for a backoff (see `crate::state::health`) and forgets its index entries (a replica
 //! that refuses connections has likely restarted, with an empty cache), and the attempt may be
-//! retried. Failed answers (5xx, no head in time, resets, connections that time out, streams
-//! that break or go silent after their head) eject it after a run of them, or when they are too
+//! retried. Failed answers (5xx, unless the error's body blames the request; no head in time,
+//! unless it answered others meanwhile; resets, connections that time out, streams that break
+//! or go silent after their head) eject it after a run of them, or when they are too
 //! large a share of its last answers, unless half its pool is out already; a good answer (its
 //! body ended cleanly) ends a run and an ejection's doubling. A connection this process could
 //! not open (out of file descriptors, ports, buffers) says nothing about the replica: it is
@@ -179,14 +180,9 @@ where
                     response: Box::new(std::sync::Mutex::new(resp)),
                 }))
             }
-            Poll::Ready(Ok(resp)) if resp.status().is_server_error() => {
-                // Passed on as it came (a 500 may be this request's fault too, so it is not
-                // tried again), but counted against the replica.
-                self.answer_failed();
-                Poll::Ready(Ok(resp))
-            }
             // Judged when its body ends (`forward::respond`): a stream that breaks midway
-            // is a failed answer, not a good one.
+            // is a failed answer, not a good one, and another 5xx counts against the replica
+            // unless its body blames the request (passed on as it came: not tried again).
             Poll::Ready(Ok(resp)) => Poll::Ready(Ok(resp)),
             Poll::Ready(Err(e)) => Poll::Ready(Err(self.failed(e))),
         }

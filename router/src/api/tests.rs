@@ -312,7 +312,12 @@ async fn admission_may_hold_a_request_until_its_permit_comes() {
 async fn parse_labels_failures_by_model_and_refuses_unserved_models() {
     let t = table(1);
     let (inner, mut handle) = mock::pair::<Parsed, Response<RespBody>>();
-    let svc = ParseLayer.layer(typed::<_, ApiError>(inner));
+    let pool = Arc::new(super::tokenize::TokenizePool::new(
+        1,
+        1,
+        Arc::new(Metrics::new()),
+    ));
+    let svc = ParseLayer::new(pool).layer(typed::<_, ApiError>(inner));
     let r = svc
         .clone()
         .oneshot(read(&t, r#"{"model":"other","prompt":"x"}"#))

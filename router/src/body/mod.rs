@@ -3,14 +3,16 @@
 //! silence, the end, or a drop before the end (the client went away).
 //!
 //! The API stack composes them around the replica's body (`crate::api::forward`):
-//! `Accounting<FirstChunk<UsageScan<IdleTimeout<PooledBody>>>>`, innermost first: the pooled
-//! connection is handed back at the end, a silent replica is cut, the output tokens are counted
-//! for flow control, the first chunk times TTFT, and the end (or drop) settles the request's
-//! metrics, in-flight counters and admission permit. Around a streamed answer, [`SseError`]
+//! `Accounting<FirstChunk<UsageScan<ErrorPeek<IdleTimeout<PooledBody>>>>>`, innermost first: the
+//! pooled connection is handed back at the end, a silent replica is cut, an error answer's first
+//! bytes are kept to tell whose fault it was, the output tokens are counted for flow control,
+//! the first chunk times TTFT, and the end (or drop) settles the request's metrics, in-flight
+//! counters, the replica's health and the admission permit. Around a streamed answer, [`SseError`]
 //! turns a break midway into a last error event and a clean end. Outermost, every response is
 //! [`Watched`] for a client that stops taking data ([`StallWatch`]).
 
 mod accounting;
+pub mod error_peek;
 mod first_chunk;
 mod idle;
 mod sse_error;
@@ -18,6 +20,7 @@ mod stall;
 pub mod usage;
 
 pub use accounting::{Accounting, Outcome};
+pub use error_peek::{ErrorPeek, Peeked};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
 pub use sse_error::SseError;

@@ -38,6 +38,10 @@ pub struct KvEventsConfig {
     /// (whose author does).
     #[serde(skip)]
     pub root: Option<PathBuf>,
+    /// The largest KV-event message (a batch of one engine step's events, or a replayed one)
+    /// read from an engine; a frame announcing more closes that connection before anything is
+    /// buffered for it (the router reconnects).
+    pub max_message_bytes: usize,
 }
 
 impl Default for KvEventsConfig {
@@ -51,6 +55,7 @@ impl Default for KvEventsConfig {
             max_prompt_bytes: 4 << 20,
             prefix_cache_tokens: 4 << 20,
             root: None,
+            max_message_bytes: warmpath_kv_events::subscriber::DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -88,8 +93,13 @@ impl KvEventsConfig {
                 }
             }
         }
-        if self.max_prompt_bytes == 0 {
-            return Err((at.key("max_prompt_bytes"), "must be > 0".to_owned()));
+        for (field, value) in [
+            ("max_prompt_bytes", self.max_prompt_bytes),
+            ("max_message_bytes", self.max_message_bytes),
+        ] {
+            if value == 0 {
+                return Err((at.key(field), "must be > 0".to_owned()));
+            }
         }
         Ok(())
     }

@@ -440,6 +440,12 @@ pub struct LimitsConfig {
     /// Request bodies held at once, all requests together (read at start): a body is held until
     /// its replica's response head arrives; one that does not fit gets 503 `overloaded`.
     pub max_buffered_body_bytes: usize,
+    /// Threads that tokenize prompts for models routed from KV events (read at start; 0: one
+    /// per CPU). Tokenizing runs off the threads that serve connections.
+    pub tokenize_threads: usize,
+    /// Requests that may wait for a tokenizing thread (read at start); past them a request is
+    /// routed without its tokens, from the approximate index, rather than wait.
+    pub tokenize_queue: usize,
 }
 
 impl Default for LimitsConfig {
@@ -449,6 +455,8 @@ impl Default for LimitsConfig {
             default_max_tokens: 256,
             max_connections: 10_000,
             max_buffered_body_bytes: 256 << 20,
+            tokenize_threads: 0,
+            tokenize_queue: 256,
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::kv_events::check_endpoint;
 use super::FieldPath;
 use serde::Deserialize;
+use std::path::PathBuf;
 
 /// Where this router tells its placements and where it hears the others'.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -24,6 +25,14 @@ pub struct PeersConfig {
     /// Peers' placements remembered at once (to match their prefill-done messages); the oldest
     /// are forgotten first.
     pub max_remembered: usize,
+    /// A file holding a secret every router of the group shares (at least 32 bytes; surrounding
+    /// whitespace is ignored): placements are then sealed with a key derived from it (an AEAD,
+    /// XChaCha20-Poly1305) and carry their send time, and placements that do not open with it,
+    /// or were sent more than 30 s from this router's clock, are dropped. Absent: peering is
+    /// unauthenticated (a warning at start): whoever reaches `listen` reads every placement,
+    /// and whoever `routers` resolves to can inject them. Read at start; a router refuses to
+    /// start when the file is unreadable or short.
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for PeersConfig {
@@ -34,6 +43,7 @@ impl Default for PeersConfig {
             resolve_every_ms: 10_000,
             queue: 4096,
             max_remembered: 65_536,
+            key_file: None,
         }
     }
 }

@@ -29,6 +29,7 @@ pub struct Parts {
     pub indexes: Indexes,
     pub admission: Arc<dyn Admission>,
     pub decisions: Arc<DecisionLog>,
+    pub tokenize: Arc<crate::api::tokenize::TokenizePool>,
 }
 
 /// The picker's routing core, one for all streams.
@@ -93,15 +94,20 @@ impl Core {
     }
 
     /// The proxy's parse stage and identity check, on the body the Gateway buffered.
-    pub fn parse(
+    pub async fn parse(
         &self,
         endpoint: Endpoint,
         head: &Head,
-        body: &[u8],
+        body: bytes::Bytes,
         peer: Option<IpAddr>,
     ) -> Result<Parsed, Refusal> {
         let table = self.parts.tables.current();
-        let features = crate::api::parse::features(endpoint, body, &head.headers, &table)?;
+        let body_bytes = body.len();
+        let features = self
+            .parts
+            .tokenize
+            .features(endpoint, body, &head.headers, &table)
+            .await?;
         // The peer is the Gateway: its tenant headers count when `tenants.trusted_sources`
         // names its addresses (a client's own key counts wherever it comes from).
         let identity = table
@@ -120,7 +126,7 @@ impl Core {
             features,
             tenant: identity.tenant,
             objective,
-            body_bytes: body.len(),
+            body_bytes,
         })
     }
 

@@ -19,6 +19,7 @@ use super::wire::{
     self, Direction, Head, Modes, RequestBodyMode, RequestMutation, ResponseBodyMode,
 };
 use crate::api::admission::Permit;
+use crate::body::Peeked;
 use crate::body::UsageScan;
 use crate::config::FailureMode;
 use crate::errors::ApiError;
@@ -102,6 +103,8 @@ struct Served {
     status: Option<u16>,
     owed: Option<FirstByteOwed>,
     usage: Option<Usage>,
+    /// A 5xx answer's first bytes, when the Gateway shows its body: whose fault it was.
+    peeked: Option<Peeked>,
     // Held until the first response byte, then the end: dropping them releases the replica.
     prefill: Option<PrefillGuard>,
     pending: Option<PendingGuard>,
@@ -410,14 +413,21 @@ impl Stream {
     /// answer with the destination, or refuse.
     async fn decide(
         &mut self,
-        holding: Box<Holding>,
+        mut holding: Box<Holding>,
         inbound: &mut Streaming<ProcessingRequest>,
         body_ended: bool,
     ) -> Result<Flow, Status> {
         let shared = self.shared.clone();
         let core = &shared.core;
         let peer = self.peer.map(|p| p.ip());
-        let parsed = match core.parse(holding.endpoint, &holding.head, &holding.body, peer) {
+        // Tokenizing may take the body to another thread; it comes back whole (unshared, so
+        // without a copy) for the answer.
+        let body = std::mem::take(&mut holding.body).freeze();
+        let parsed = core
+            .parse(holding.endpoint, &holding.head, body.clone(), peer)
+            .await;
+        holding.body = BytesMut::from(body);
+        let parsed = match parsed {
             Ok(p) => p,
             Err(refusal) => return self.refuse(refusal, holding, body_ended).await,
         };
@@ -593,6 +603,7 @@ impl Stream {
             status: None,
             owed: None,
             usage,
+            peeked: None,
             prefill: Some(routed.prefill),
             pending: routed.pending,
             _inflight: routed.inflight,
@@ -607,6 +618,11 @@ impl Stream {
             return Vec::new();
         };
         s.status = status;
+        // As the proxy: a 502 or 503 counts as it is, another 5xx unless its body blames the
+        // request.
+        if status.is_some_and(|c| c >= 500 && c != 502 && c != 503) {
+            s.peeked = Some(Peeked::default());
+        }
         // A stream's first byte is what shows the engine working: owed from its head on (the
         // Gateway sent the request a moment before).
         if s.stream && status.is_some_and(|c| c < 300) {
@@ -640,6 +656,9 @@ impl Stream {
         if let Some(usage) = &mut s.usage {
             usage.feed(chunk);
         }
+        if let Some(peeked) = &mut s.peeked {
+            peeked.feed(chunk);
+        }
     }
 
     /// The response has ended: its outcome counts as the proxy's does, and the replica is
@@ -649,6 +668,8 @@ impl Stream {
         if let Some(status) = s.status {
             if status < 500 {
                 s.replica.health.on_success();
+            } else if s.peeked.as_ref().is_some_and(Peeked::blames_the_request) {
+                tracing::debug!(replica = %s.replica.name, status, "an error answer that blames the request; not held against the replica");
             } else {
                 s.table.answer_failed(&s.replica, &s.model);
             }

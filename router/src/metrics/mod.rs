@@ -77,6 +77,9 @@ pub struct Metrics {
     /// Sessions in the server-side map; what became of sessions' affinity.
     pub sessions: Gauge,
     pub session_affinity: Family<ResultLabels, Counter>,
+    /// Requests of models routed from KV events by where their prompt was tokenized: `pooled`,
+    /// or `busy` (too many waiting: routed without tokens).
+    pub tokenize: Family<ResultLabels, Counter>,
     pub kv_mode: Family<ReplicaLabels, Gauge>,
     /// Client connections of the API listener: open, and refused at `limits.max_connections`.
     pub connections: crate::server::ConnectionCounters,
@@ -250,7 +253,7 @@ impl Metrics {
         let peer_messages = Family::<PeerLabels, Counter>::default();
         registry.register(
             "peer_messages",
-            "Placement messages exchanged with the other routers (peers): sent, dropped (send queue full), placed and prefilled (received and applied), and skipped (own, unknown_replica, other_hashing, undecodable)",
+            "Placement messages exchanged with the other routers (peers): sent, dropped (send queue full), placed and prefilled (received and applied), and skipped (own, unknown_replica, other_hashing, undecodable, and with peers.key_file unauthenticated: not sealed with the key, stale: sent more than 30 s from this router's clock)",
             peer_messages.clone(),
         );
         let peers_followed = Gauge::default();
@@ -323,6 +326,12 @@ impl Metrics {
             "Requests of a session by what became of its affinity: new (no home yet), kept, moved_unavailable, moved_prefix, moved_overload",
             session_affinity.clone(),
         );
+        let tokenize = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tokenize",
+            "Requests of models routed from KV events by where their prompt was tokenized: pooled (a tokenizing thread), busy (too many waiting: routed without tokens)",
+            tokenize.clone(),
+        );
         Self {
             registry,
             requests,
@@ -358,6 +367,7 @@ impl Metrics {
             kv_pending_blocks,
             sessions,
             session_affinity,
+            tokenize,
             kv_mode,
             retries,
             body_budget_refusals,

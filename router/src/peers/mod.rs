@@ -11,10 +11,14 @@
 //! request has its first byte, and in its approximate index. No router waits for another or
 //! agrees with it on anything: a lost message costs hit rate, never a request, and a router
 //! with no peers routes as before.
+//!
+//! With `peers.key_file`, every message is sealed with the group's key and a receiver drops
+//! what does not open with it or was sent more than 30 s from its clock (`wire::PeerKey`).
+//! The sockets are `warmpath-zmtp`'s: a frame announcing more than a message may hold closes
+//! its connection before anything is buffered for it.
 
 pub mod wire;
 
-use crate::backoff::Backoff;
 use crate::errors::PeersError;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::state::index::{PrefillListener, SharedIndex};
@@ -22,14 +26,31 @@ use crate::state::publish::TableReader;
 use crate::state::table::Table;
 use bytes::Bytes;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use warmpath_routing::index::{PendingId, PrefixIndex};
 use warmpath_routing::{BlockHash, ReplicaId};
-use wire::Message;
-use zeromq::{PubSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use warmpath_zmtp::{Options, PubSocket, SubSocket};
+use wire::{Message, PeerKey};
+
+/// The sockets' bounds: one topic frame and one payload frame of at most
+/// `wire::MAX_MESSAGE_BYTES`.
+fn socket_options() -> Options {
+    let mut options =
+        Options::default().with_max_message_bytes(wire::MAX_MESSAGE_BYTES + wire::TOPIC.len());
+    options.limits.max_frames = 2;
+    options
+}
+
+/// The key `peers.key_file` holds.
+fn load_key(path: &Path) -> Result<PeerKey, PeersError> {
+    let secret = crate::config::read_secret(path, "peers key")
+        .map_err(|e| PeersError::Key(e.to_string()))?;
+    PeerKey::from_secret(&secret).map_err(|e| PeersError::Key(format!("{}: {e}", path.display())))
+}
 
 /// This router's side of peering: placements go out through it.
 pub struct Peers {
@@ -54,7 +75,13 @@ impl Peers {
         let Some(listen) = &config.listen else {
             return Ok(None);
         };
-        let mut socket = PubSocket::new();
+        let key = config
+            .key_file
+            .as_deref()
+            .map(load_key)
+            .transpose()?
+            .map(Arc::new);
+        let mut socket = PubSocket::new(socket_options());
         let bound = socket
             .bind(listen)
             .await
@@ -62,7 +89,13 @@ impl Peers {
                 endpoint: listen.clone(),
                 source,
             })?;
-        tracing::info!(endpoint = %bound, routers = ?config.routers, "publishing placements to peers");
+        tracing::info!(endpoint = %bound, routers = ?config.routers, sealed = key.is_some(), "publishing placements to peers");
+        if key.is_none() {
+            tracing::warn!(
+                endpoint = %bound,
+                "peering is unauthenticated (no peers.key_file): whoever reaches this port reads every placement, and whoever peers.routers resolves to can inject placements"
+            );
+        }
         let origin = rand::random::<u64>();
         let block_bytes = u32::try_from(table.config.index.block_bytes).unwrap_or(0);
         let (tx, rx) = mpsc::channel(config.queue);
@@ -73,9 +106,10 @@ impl Peers {
             index,
             metrics: metrics.clone(),
             remembered: parking_lot::Mutex::new(Remembered::new(config.max_remembered)),
+            key: key.clone(),
         });
         let tasks = vec![
-            tokio::spawn(publish(socket, rx, metrics.clone(), shutdown.clone())),
+            tokio::spawn(publish(socket, key, rx, metrics.clone(), shutdown.clone())),
             tokio::spawn(follow_all(
                 config.routers.clone(),
                 Duration::from_millis(config.resolve_every_ms),
@@ -133,7 +167,8 @@ impl PrefillListener for Peers {
 }
 
 async fn publish(
-    mut socket: PubSocket,
+    socket: PubSocket,
+    key: Option<Arc<PeerKey>>,
     mut rx: mpsc::Receiver<Message>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
@@ -146,18 +181,10 @@ async fn publish(
             },
             _ = shutdown.changed() => return,
         };
-        let frames = vec![
-            Bytes::from_static(wire::TOPIC),
-            Bytes::from(wire::encode(&message)),
-        ];
-        let message = ZmqMessage::try_from(frames).expect("two frames");
-        match socket.send(message).await {
-            Ok(()) => count(&metrics, "sent"),
-            Err(e) => {
-                count(&metrics, "dropped");
-                tracing::debug!("publishing a placement failed: {e}");
-            }
-        }
+        let payload = wire::encode(&message, key.as_deref(), wire::now_ms());
+        // Queued for every follower that keeps up; one that does not loses it alone.
+        socket.send(vec![Bytes::from_static(wire::TOPIC), Bytes::from(payload)]);
+        count(&metrics, "sent");
     }
 }
 
@@ -215,36 +242,18 @@ async fn resolve(endpoint: &str) -> std::io::Result<BTreeSet<String>> {
     Ok(addrs.map(|a| format!("tcp://{a}")).collect())
 }
 
-/// Receive one router's placements until the task is aborted, reconnecting when the socket
-/// fails.
+/// Receive one router's placements until the task is aborted (the socket reconnects by
+/// itself).
 async fn follow(endpoint: String, receiver: Arc<Receiver>) {
-    let mut backoff = Backoff::new();
-    loop {
-        let mut socket = SubSocket::new();
-        let connected = async {
-            socket
-                .subscribe(std::str::from_utf8(wire::TOPIC).expect("ASCII"))
-                .await?;
-            socket.connect(&endpoint).await
-        }
-        .await;
-        if let Err(e) = connected {
-            backoff
-                .failed(|| tracing::warn!(%endpoint, "cannot follow a peer router, retrying: {e}"))
-                .await;
-            continue;
-        }
-        backoff.succeeded();
-        tracing::info!(%endpoint, "following a peer router's placements");
-        loop {
-            match socket.recv().await {
-                Ok(message) => receiver.apply(&message.into_vec()),
-                Err(e) => {
-                    tracing::debug!(%endpoint, "peer socket failed, reconnecting: {e}");
-                    break;
-                }
-            }
-        }
+    let mut socket = SubSocket::new(socket_options());
+    socket.subscribe(wire::TOPIC);
+    if let Err(e) = socket.connect(&endpoint) {
+        tracing::warn!(%endpoint, "cannot follow a peer router: {e}");
+        return;
+    }
+    tracing::info!(%endpoint, "following a peer router's placements");
+    while let Ok(frames) = socket.recv().await {
+        receiver.apply(&frames);
     }
 }
 
@@ -256,15 +265,21 @@ struct Receiver {
     index: SharedIndex,
     metrics: Arc<Metrics>,
     remembered: parking_lot::Mutex<Remembered>,
+    key: Option<Arc<PeerKey>>,
 }
 
 impl Receiver {
     fn apply(&self, frames: &[Bytes]) {
-        let message = match wire::decode(frames) {
+        let message = match wire::decode(frames, self.key.as_deref(), wire::now_ms()) {
             Ok(m) => m,
             Err(e) => {
-                count(&self.metrics, "undecodable");
-                tracing::debug!("undecodable placement message: {e}");
+                let kind = match e {
+                    wire::WireError::Unauthenticated => "unauthenticated",
+                    wire::WireError::Stale { .. } => "stale",
+                    _ => "undecodable",
+                };
+                count(&self.metrics, kind);
+                tracing::debug!("placement message dropped ({kind}): {e}");
                 return;
             }
         };

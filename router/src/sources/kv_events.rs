@@ -65,7 +65,13 @@ pub async fn run(
             tokio::time::sleep(RECHECK).await;
             continue;
         };
-        let subscriber = match KvEventSubscriber::connect(&source.endpoint, &source.topic).await {
+        let subscriber = match KvEventSubscriber::connect_with(
+            &source.endpoint,
+            &source.topic,
+            source.max_message_bytes,
+        )
+        .await
+        {
             Ok(s) => s,
             Err(e) => {
                 backoff
@@ -100,7 +106,7 @@ async fn follow(
     let reader = tokio::spawn(async move {
         loop {
             let got = subscriber.recv().await;
-            let fatal = matches!(got, Err(SubscribeError::Zmq(_)));
+            let fatal = matches!(got, Err(SubscribeError::Zmtp(_)));
             if tx.send(got).await.is_err() || fatal {
                 return;
             }
@@ -111,7 +117,7 @@ async fn follow(
             got = rx.recv() => match got {
                 Some(Ok(message)) => {
                     if let Some(endpoint) = &source.replay {
-                        catch_up(replica, endpoint, message.seq, precise, metrics).await;
+                        catch_up(replica, endpoint, source.max_message_bytes, message.seq, precise, metrics).await;
                     }
                     apply(replica, precise, metrics, message)
                 }
@@ -144,6 +150,7 @@ async fn follow(
 async fn catch_up(
     replica: &ReplicaState,
     endpoint: &str,
+    max_message_bytes: usize,
     seq: u64,
     precise: &SharedPrecise,
     metrics: &Metrics,
@@ -158,6 +165,7 @@ async fn catch_up(
         endpoint,
         from,
         missing.min(MAX_REPLAY),
+        max_message_bytes,
         REPLAY_TIMEOUT,
     )
     .await

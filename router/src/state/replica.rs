@@ -34,6 +34,8 @@ pub struct KvSource {
     pub topic: String,
     /// The engine's replay endpoint, if any.
     pub replay: Option<String>,
+    /// The pool's `kv_events.max_message_bytes`.
+    pub max_message_bytes: usize,
 }
 
 /// How far the router's view of a replica's KV cache can be trusted.
@@ -370,6 +372,7 @@ impl ReplicaRegistry {
                         endpoint: kv.endpoint_for(host.host(), r.kv_events_endpoint.as_deref())?,
                         topic: kv.topic.clone(),
                         replay: kv.replay_for(host.host(), r.kv_events_replay_endpoint.as_deref()),
+                        max_message_bytes: kv.max_message_bytes,
                     })
                 });
                 wanted.insert(&r.name, (&r.url, target.clone(), kv));

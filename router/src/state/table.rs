@@ -180,6 +180,11 @@ impl Table {
         self.precise.get(model)
     }
 
+    /// Some model's prompts are tokenized before routing (it is routed from KV events).
+    pub fn tokenizes(&self) -> bool {
+        !self.precise.is_empty()
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         self.models.contains_key(model)
     }

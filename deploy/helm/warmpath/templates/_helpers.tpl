@@ -93,6 +93,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $peers := deepCopy (default (dict) (get $cfg "peers")) }}
 {{- $_ := set $peers "listen" (printf "tcp://0.0.0.0:%v" .Values.router.ports.peers) }}
 {{- if not (hasKey $peers "routers") }}{{ $_ := set $peers "routers" (list (printf "tcp://%s.%s.svc:%v" (include "warmpath.router.peersService" .) .Release.Namespace .Values.router.ports.peers)) }}{{ end }}
+{{- if not (hasKey $peers "key_file") }}{{ $_ := set $peers "key_file" "/var/run/warmpath/peers-key/key" }}{{ end }}
 {{- $_ := set $cfg "peers" $peers }}
 {{- end }}
 {{- if not (hasKey $cfg "pools") }}{{ $_ := set $cfg "pools" (list) }}{{ end }}
@@ -124,6 +125,11 @@ then draining for what is left of the grace period but 5 s. */}}
 {{/* The Secret holding the router replicas' shared session key. */}}
 {{- define "warmpath.router.sessionKeySecret" -}}
 {{- .Values.router.sessions.keySecret | default (printf "%s-session-key" (include "warmpath.router.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The Secret holding the router replicas' shared peers key (peering). */}}
+{{- define "warmpath.router.peersKeySecret" -}}
+{{- .Values.router.peers.keySecret | default (printf "%s-peers-key" (include "warmpath.router.fullname" .) | trunc 63 | trimSuffix "-") }}
 {{- end }}
 
 {{/* Namespaces the binaries watch, comma-separated (empty: all). */}}

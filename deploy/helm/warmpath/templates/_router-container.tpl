@@ -76,6 +76,11 @@
     - name: warmpath-session-key
       mountPath: /var/run/warmpath/session-key
       readOnly: true
+    {{- if .Values.router.ports.peers }}
+    - name: warmpath-peers-key
+      mountPath: /var/run/warmpath/peers-key
+      readOnly: true
+    {{- end }}
     {{- if .Values.router.adminAuth.tokenSecret }}
     - name: warmpath-admin-token
       mountPath: /var/run/warmpath/admin-token
