@@ -556,7 +556,7 @@ async fn hand_written_replicas_get_status_and_are_never_deleted() {
                 &warmpath_object(
                     "InferenceReplica",
                     name,
-                    json!({"pool": pool, "address": "tpu-vm-1.example.com", "port": 8000}),
+                    json!({"pool": pool, "address": "127.0.0.9", "port": 8000}),
                 ),
             )
             .await
