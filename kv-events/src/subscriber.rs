@@ -46,8 +46,10 @@ fn subscribed(topic_prefix: &str, max_message_bytes: usize) -> SubSocket {
 /// Ask a publisher's replay endpoint (vLLM's `replay_endpoint`, a ROUTER socket) for every
 /// batch it still keeps from sequence number `from` on, as vLLM's protocol has it: a DEALER
 /// sends `["", from]` and receives `["", topic, seq, payload]` per batch, then `["", "",
-/// END_SEQ, ""]`. At most `max` messages are kept (the rest are read and dropped), none larger
-/// than `max_message_bytes`, and the whole exchange must end within `timeout`.
+/// END_SEQ, ""]`. SGLang's replay leaves the topic out (`["", seq, payload]`, then `["",
+/// END_SEQ, ""]`): its batches come back with an empty topic. At most `max` messages are kept
+/// (the rest are read and dropped), none larger than `max_message_bytes`, and the whole
+/// exchange must end within `timeout`.
 pub async fn replay(
     endpoint: &str,
     from: u64,
@@ -63,13 +65,20 @@ pub async fn replay(
         let mut out = Vec::new();
         loop {
             let frames = socket.recv().await?;
-            // ["", topic, seq, payload]: the empty delimiter first.
+            // ["", topic, seq, payload] (vLLM) or ["", seq, payload] (SGLang): the empty
+            // delimiter first.
             let body = frames.get(1..).unwrap_or_default();
-            if body.get(1).is_some_and(|s| s.as_ref() == END_SEQ) {
+            let with_topic = body.len() != 2;
+            let seq_at = usize::from(with_topic);
+            if body.get(seq_at).is_some_and(|s| s.as_ref() == END_SEQ) {
                 return Ok(out);
             }
             if out.len() < max {
-                out.push(decode_message(body)?);
+                out.push(if with_topic {
+                    decode_message(body)?
+                } else {
+                    decode_message(&[&[][..], body[0].as_ref(), body[1].as_ref()])?
+                });
             }
         }
     };

@@ -170,6 +170,28 @@ async fn a_pyzmq_replay_server_serves_our_replay_client() {
     assert_eq!(got.iter().map(|m| m.seq).collect::<Vec<_>>(), [0, 1]);
 }
 
+/// SGLang's replay server leaves the topic frame out; its batches come back all the same.
+#[tokio::test]
+async fn a_pyzmq_replay_server_in_sglangs_layout_serves_our_replay_client() {
+    let mut args = vec!["replay-sglang".to_owned()];
+    args.extend((0..4).map(|seq| hex(&batch(seq))));
+    let Some(mut python) = Python::spawn(&args) else {
+        return;
+    };
+    let endpoint = format!("tcp://127.0.0.1:{}", python.line());
+    let got = replay(
+        &endpoint,
+        1,
+        100,
+        DEFAULT_MAX_MESSAGE_BYTES,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(got[0].topic.is_empty());
+}
+
 #[tokio::test]
 async fn a_pyzmq_subscriber_hears_our_publisher_on_its_topic_only() {
     let mut publisher = PubSocket::new(Options::default());

@@ -1,4 +1,4 @@
-"""A real libzmq peer (pyzmq) for tests/pyzmq.rs: a publisher, a vLLM-style replay server or a
+"""A real libzmq peer (pyzmq) for tests/pyzmq.rs: a publisher, a vLLM- or SGLang-style replay server or a
 subscriber. Messages are frames in hex joined by ':'. Prints the bound port (or what it
 receives) on stdout; exits after a minute whatever happens."""
 import sys
@@ -30,7 +30,9 @@ def main():
             for m in messages:
                 sock.send_multipart(m)
             time.sleep(0.02)
-    elif mode == "replay":
+    elif mode in ("replay", "replay-sglang"):
+        # vLLM's replies carry the topic; SGLang's leave it out.
+        with_topic = mode == "replay"
         kept = [frames(m) for m in sys.argv[2:]]
         sock = ctx.socket(zmq.ROUTER)
         print(sock.bind_to_random_port("tcp://127.0.0.1"), flush=True)
@@ -42,8 +44,10 @@ def main():
             start = int.from_bytes(start, "big")
             for topic, seq, payload in kept:
                 if int.from_bytes(seq, "big") >= start:
-                    sock.send_multipart([identity, b"", topic, seq, payload])
-            sock.send_multipart([identity, b"", b"", END_SEQ, b""])
+                    head = [identity, b"", topic] if with_topic else [identity, b""]
+                    sock.send_multipart(head + [seq, payload])
+            end = [identity, b"", b""] if with_topic else [identity, b""]
+            sock.send_multipart(end + [END_SEQ, b""])
     elif mode == "sub":
         endpoint, topic, count = sys.argv[2], bytes.fromhex(sys.argv[3]), int(sys.argv[4])
         sock = ctx.socket(zmq.SUB)
