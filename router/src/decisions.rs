@@ -84,7 +84,7 @@ impl Explanation {
                 // Structured-field decimals carry at most three fractional digits.
                 let _ = write!(
                     out,
-                    ";matched={};score={:.3};prefix={:.3};load={:.3};queue={:.3};kv={:.3};queued={:.3};ttft_ms={:.3};cost_ms={:.3}",
+                    ";matched={};score={:.3};prefix={:.3};load={:.3};queue={:.3};kv={:.3};queued={:.3};pending={};ttft_ms={:.3};cost_ms={:.3};leave_ms={:.3}",
                     s.matched_blocks,
                     finite(s.score),
                     finite(s.prefix),
@@ -92,8 +92,10 @@ impl Explanation {
                     finite(s.queue),
                     finite(s.kv_cache),
                     finite(s.queued_ahead),
+                    s.pending_prefill_tokens,
                     finite(s.predicted_ttft_s * 1e3),
                     finite(s.cost_s * 1e3),
+                    finite(s.leave_cost_s * 1e3),
                 );
             }
         }
@@ -221,6 +223,7 @@ mod tests {
                     scores: (i < 2).then_some(CandidateScores {
                         matched_blocks: 3,
                         queued_ahead: 1.0,
+                        pending_prefill_tokens: 40,
                         prefix: 0.75,
                         load: 1.0,
                         queue: f64::NAN,
@@ -228,6 +231,7 @@ mod tests {
                         score: 3.25,
                         predicted_ttft_s: 0.0123456,
                         cost_s: 0.02,
+                        leave_cost_s: 0.03,
                     }),
                 })
                 .collect(),
@@ -239,7 +243,7 @@ mod tests {
         let v = explanation(&["r0", "r\"1", "r2"]).header_value().unwrap();
         let v = v.to_str().unwrap();
         assert!(
-            v.starts_with("decision;policy=prefix;reason=weighted_score;prompt_tokens=100;blocks=4, \"r0\";chosen;matched=3;score=3.250;prefix=0.750;load=1.000;queue=0.000;kv=0.500;queued=1.000;ttft_ms=12.346;cost_ms=20.000, \"r\\\"1\";matched=3"),
+            v.starts_with("decision;policy=prefix;reason=weighted_score;prompt_tokens=100;blocks=4, \"r0\";chosen;matched=3;score=3.250;prefix=0.750;load=1.000;queue=0.000;kv=0.500;queued=1.000;pending=40;ttft_ms=12.346;cost_ms=20.000;leave_ms=30.000, \"r\\\"1\";matched=3"),
             "{v}"
         );
         assert!(v.ends_with(", \"r2\";skipped=not_ready"), "{v}");

@@ -77,7 +77,8 @@ async fn an_explained_request_gets_every_candidates_scores_and_is_listed() {
     assert_eq!(chosen, [replica.as_str()], "{header}");
     for (name, params) in &cs {
         for key in [
-            "matched", "score", "prefix", "load", "queue", "kv", "ttft_ms", "cost_ms",
+            "matched", "score", "prefix", "load", "queue", "kv", "pending", "ttft_ms", "cost_ms",
+            "leave_ms",
         ] {
             assert!(
                 params.iter().any(|(k, _)| k == key),

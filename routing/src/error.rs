@@ -27,6 +27,8 @@ pub enum ConfigError {
     MaxWait(f64),
     #[error("hotspot `spill_factor` must be a finite number >= 1, got {0}")]
     SpillFactor(f64),
+    #[error("placement `leave_factor` must be a number >= 1 (inf: off), got {0}")]
+    LeaveFactor(f64),
     #[error("TTFT prior `{name}` must be a finite number >= 0, got {value}")]
     Prior { name: &'static str, value: f64 },
     #[error(
@@ -51,6 +53,7 @@ impl ConfigError {
             ConfigError::Knob { section, name, .. } => vec![section, name],
             ConfigError::MaxWait(_) => vec!["hotspot", "max_wait_s"],
             ConfigError::SpillFactor(_) => vec!["hotspot", "spill_factor"],
+            ConfigError::LeaveFactor(_) => vec!["placement", "leave_factor"],
             ConfigError::Prior { name, .. } => vec![name],
             ConfigError::BlockBytes(_) => Vec::new(),
         }

@@ -198,6 +198,22 @@ fn spill_factor_below_one_is_rejected_at_its_line() {
     accepted("scheduling:\n  hotspot:\n    spill_factor: 1\n");
 }
 
+/// A leave factor below 1 would move requests off a pick that is the cheapest; `.inf` (YAML's
+/// infinity) turns the rule off.
+#[test]
+fn leave_factor_below_one_is_rejected_and_inf_is_off() {
+    let field = "scheduling.placement.leave_factor";
+    let e = rejected_at(
+        "scheduling:\n  placement:\n    leave_factor: 0.9\n",
+        field,
+        11,
+    );
+    assert!(e.message.contains("got 0.9"), "{e}");
+    let c = accepted("scheduling:\n  placement:\n    leave_factor: .inf\n");
+    assert_eq!(c.scheduling.placement.leave_factor, f64::INFINITY);
+    assert_eq!(accepted("").scheduling.placement.leave_factor, 2.0);
+}
+
 /// All-zero weights make every weighted score 0 (ties at random) under `policy: prefix`, the
 /// only policy that reads them; the router used to accept them.
 #[test]

@@ -3,6 +3,7 @@
 //! ([`SchedulerConfig::validate`]). Front ends deserialize these types as they are, so that the
 //! rules here are the only rules.
 
+use super::weighted::LEAVE_FACTOR;
 use crate::ConfigError;
 use serde::{Deserialize, Serialize};
 
@@ -120,12 +121,18 @@ pub struct Placement {
     /// block chooses by its hash. 0: only among exact ties; negative: off (the best score
     /// wins, ties at random).
     pub new_prefix_slack: f64,
+    /// The weighted pick is left for the cheapest candidate when it is predicted to cost more
+    /// than this many times as much (`left_backed_up`; `scheduler/weighted.rs`,
+    /// `leave_backed_up`). At least 1; `inf` turns the rule off (a request then leaves its
+    /// warmest replica only by the stickiness rule and the hot-spot guard).
+    pub leave_factor: f64,
 }
 
 impl Default for Placement {
     fn default() -> Self {
         Self {
             new_prefix_slack: 0.5,
+            leave_factor: LEAVE_FACTOR,
         }
     }
 }
@@ -243,6 +250,10 @@ impl SchedulerConfig {
         if !(h.spill_factor.is_finite() && h.spill_factor >= 1.0) {
             return Err(ConfigError::SpillFactor(h.spill_factor));
         }
+        let leave = self.placement.leave_factor;
+        if leave.is_nan() || leave < 1.0 {
+            return Err(ConfigError::LeaveFactor(leave));
+        }
         self.validate_peers()
     }
 
@@ -338,6 +349,16 @@ mod tests {
         c.hotspot.spill_factor = 2.0;
         c.hotspot.max_wait_s = -1.0;
         assert!(c.validate().unwrap_err().to_string().contains("max_wait_s"));
+        let mut c = SchedulerConfig::default();
+        for bad in [0.5, f64::NAN, -1.0] {
+            c.placement.leave_factor = bad;
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field(), ["placement", "leave_factor"], "{bad}");
+        }
+        for good in [1.0, 2.0, f64::INFINITY] {
+            c.placement.leave_factor = good;
+            assert_eq!(c.validate(), Ok(()), "{good}");
+        }
     }
 
     #[test]

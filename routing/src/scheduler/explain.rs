@@ -15,6 +15,8 @@ pub struct CandidateScores {
     pub matched_blocks: u32,
     /// Requests ahead of a new one ([`ReplicaView::queued_ahead`]).
     pub queued_ahead: f64,
+    /// Prompt tokens routed here still waiting for their first token (the prefill ahead).
+    pub pending_prefill_tokens: u64,
     /// The weighted policy's four scorers, each in `0..=1`, unweighted (higher is better).
     pub prefix: f64,
     pub load: f64,
@@ -27,6 +29,9 @@ pub struct CandidateScores {
     /// Predicted TTFT plus the prefill this choice would repeat: what the predicted-TTFT policy
     /// and the hot-spot guard minimise.
     pub cost_s: f64,
+    /// The prior's TTFT plus repeated prefill, at the slower of the prior's and the learned
+    /// per-token cost: what the weighted policy's `left_backed_up` rule compares.
+    pub leave_cost_s: f64,
 }
 
 impl Scheduler {
@@ -53,6 +58,7 @@ impl Scheduler {
                 CandidateScores {
                     matched_blocks: c.matched_blocks,
                     queued_ahead: c.queued_ahead(),
+                    pending_prefill_tokens: c.pending_prefill_tokens,
                     prefix,
                     load,
                     queue,
@@ -60,6 +66,7 @@ impl Scheduler {
                     score: w[0] * prefix + w[1] * load + w[2] * queue + w[3] * kv_cache,
                     predicted_ttft_s: ttft.of(c),
                     cost_s: ttft.cost(c),
+                    leave_cost_s: ttft.leave_cost(c),
                 }
             })
             .collect()

@@ -451,6 +451,21 @@ fn a_short_shared_prefix_is_not_worth_a_queue() {
             .unwrap();
         assert_eq!((d.replica, d.reason), (1, "left_backed_up"), "{d:?}");
     }
+    // The operator's factor: with the rule off (inf), or asking for a move only when the pick
+    // costs more than a thousand times the cheapest, the request stays with its prefix.
+    for leave_factor in [f64::INFINITY, 1000.0] {
+        let s = Scheduler::new(SchedulerConfig {
+            placement: Placement {
+                leave_factor,
+                ..Placement::default()
+            },
+            ..SchedulerConfig::default()
+        });
+        let d = s
+            .decide(&req, &[backed_up.clone(), idle.clone(), busy.clone()], 1)
+            .unwrap();
+        assert_eq!((d.replica, d.reason), (0, "weighted_score"), "{d:?}");
+    }
     // Two queued there: waiting is cheaper than the prefill a move repeats; it stays.
     let mut short_queue = view(0, 2, engine(2.0, 0.0, 0.1), 4, &m);
     short_queue.pending_prefill_tokens = 64;
@@ -653,6 +668,7 @@ fn odd_inputs_still_decide() {
         },
         placement: Placement {
             new_prefix_slack: f64::NAN,
+            leave_factor: f64::NAN,
         },
         consistent_hash: ConsistentHash {
             prefix_blocks: 0,
@@ -935,6 +951,7 @@ fn routers_with_slightly_different_load_views_agree_on_a_new_prefix_home() {
     let off = Scheduler::new(SchedulerConfig {
         placement: Placement {
             new_prefix_slack: -1.0,
+            ..Placement::default()
         },
         ..SchedulerConfig::default()
     });
