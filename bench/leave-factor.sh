@@ -24,11 +24,11 @@ committed_binaries bench/leave-factor.sh
 export BIN_DIR SKIP_DATAPATH=1 SKIP_REPORT=1 RATES=" " IDLE_SYSTEMS="" SWEEP_SYSTEMS=" "
 for f in $FACTORS; do
   out="$RESULTS/factor-${f#.}"
-  extra=$(printf 'scheduling:\n  placement:\n    leave_factor: %s' "$f")
+  extra=$(printf '  placement:\n    leave_factor: %s' "$f")
   echo "== leave_factor $f" >&2
-  env ROUTER_EXTRA="$extra" SEEDS="$TRACE_SEEDS" SUITES=fits TRACE_SYSTEMS="warmpath-prefix" \
+  env SCHEDULING_EXTRA="$extra" SEEDS="$TRACE_SEEDS" SUITES=fits TRACE_SYSTEMS="warmpath-prefix" \
     RESULTS="$out/trace" bash bench/trace.sh
-  env ROUTER_EXTRA="$extra" SEEDS="$OTHER_SEEDS" SUITE=sim SYSTEMS="" BINDING_SYSTEMS="" \
+  env SCHEDULING_EXTRA="$extra" SEEDS="$OTHER_SEEDS" SUITE=sim SYSTEMS="" BINDING_SYSTEMS="" \
     OTHER_SYSTEMS="warmpath-prefix" OTHER_WORKLOADS="multi-turn agent" OTHER_REQUESTS=400 \
     OTHER_WARMUP=80 RESULTS="$out/sim" bash bench/compare.sh
   "$BIN_DIR/warmpath-bench" report --results "$out/sim" --out "$out/sim/REPORT.md"
