@@ -66,13 +66,14 @@ pub(super) fn stay_warm(
 /// moves back only to a cheaper warm replica) never undo each other and noise in the load
 /// signals does not move anything.
 ///
-/// Not more: at light load the rule moves a request whose warm replica is busy with one long
-/// prefill, a TTFT bought with a cache miss, and a higher factor buys back some of those
-/// hits, but under load it is what spreads conversations. On tuning seeds 1-2, four instead
-/// of two took multi-turn chat from 0.73-0.75 to 0.62-0.66 of its prompts (TTFT p90 70-86 →
-/// 212-300 ms) and agents' throughput from 67-75 to 50-55 req/s, for about 0.008 more hit
-/// rate on the Mooncake trace where the cache fits (`bench/leave-factor.sh`,
-/// `bench/results-diagnosis/leave-factor`).
+/// Not more, and not less often: at light load the rule moves a request whose warm replica is
+/// busy with one long prefill, a shorter TTFT bought with a cache miss, and a higher factor buys
+/// some of those hits back; under load it is what spreads conversations. Tuning seeds
+/// (`bench/leave-factor.sh`, `bench/results-diagnosis/leave-factor`): on the Mooncake trace
+/// where the cache fits, 2 held 0.90-0.94 of the infinite cache's hit rate, 4 held 0.95-0.97
+/// and off 0.98-0.99, TTFT p90 alike (110-125 ms); on multi-turn chat 4 instead of 2 fell from
+/// 0.74-0.75 to 0.58-0.62 (p90 71 → 324-445 ms, 93 → 71 req/s) and agents from 67-75 to 45-49
+/// req/s; off fell further.
 pub const LEAVE_FACTOR: f64 = 2.0;
 
 /// The mirror of [`stay_warm`]: the weighted pick, unless waiting there costs more than `factor`
