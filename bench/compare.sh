@@ -32,8 +32,9 @@
 # cost of every engine step), DECODE_BASE_MS, REPLICA_SPEEDS (comma-separated, a mixed fleet),
 # SIM_TOKENIZER (a tokenizer.json for the simulator), TEXT (words|natural),
 # ORACLE_BYTES_PER_TOKEN, SCRAPE_INTERVAL_MS (how often warmpath reads engine metrics),
-# ROUTER_EXTRA (YAML appended to warmpath's configuration, e.g. a `predictor:` block), SCHEDULING_EXTRA
-# (lines indented under its `scheduling:` section, e.g. `  placement: {leave_factor: 4}`),
+# ROUTER_EXTRA (YAML appended to warmpath's configuration, e.g. a `predictor:` block),
+# SCHEDULING_EXTRA (lines indented under its `scheduling:` section, e.g.
+# `  placement: {leave_factor: 4}`),
 # SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 # For the llm-d systems (llm-d: its shipped profile; llm-d-precise: KV events, real vLLM only):

@@ -5,7 +5,8 @@
 # requests on their warm replica behind a long prefill, for hit rate) and multi-turn chat and
 # agents at 32 in flight (a lower factor spreads conversations off the replicas holding a shared
 # system prompt). A tuning sweep: tuning seeds only (default 1-4 for the trace, 1-2 for the
-# others), no peer, one folder per factor under RESULTS, each factor's reports in RESULTS/factor-F/{trace,sim}/REPORT.md.
+# others), no peer, one folder per factor under RESULTS, each factor's reports in
+# RESULTS/factor-F/{trace,sim}/REPORT.md.
 #
 # FACTORS (default "2 4 .inf"), TRACE_FILE (see bench/trace.sh), BIN_DIR (default a release
 # build of the committed tree, as bench/routing.sh).

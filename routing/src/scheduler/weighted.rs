@@ -66,7 +66,7 @@ pub(super) fn stay_warm(
 /// moves back only to a cheaper warm replica) never undo each other and noise in the load
 /// signals does not move anything.
 ///
-/// Not more, and not less often: at light load the rule moves a request whose warm replica is
+/// Not higher: at light load the rule moves a request whose warm replica is
 /// busy with one long prefill, a shorter TTFT bought with a cache miss, and a higher factor buys
 /// some of those hits back; under load it is what spreads conversations. Tuning seeds
 /// (`bench/leave-factor.sh`, `bench/results-diagnosis/leave-factor`): on the Mooncake trace
@@ -76,10 +76,11 @@ pub(super) fn stay_warm(
 /// req/s; off fell further.
 pub const LEAVE_FACTOR: f64 = 2.0;
 
-/// The mirror of [`stay_warm`]: the weighted pick, unless waiting there costs more than `factor`
-/// times (twice by default) what the cheapest candidate costs, the prefill that candidate would repeat included
-/// ([`Predictor::leave_cost`] prices both: the queue and pending prefill ahead, the part of the
-/// prompt the replica lacks, and the repeated prefill when it delays anyone).
+/// The mirror of [`stay_warm`]: the weighted pick, unless waiting there costs more than
+/// `factor` times (twice by default) what the cheapest candidate costs, the prefill that
+/// candidate would repeat included ([`Predictor::leave_cost`] prices both: the queue and
+/// pending prefill ahead, the part of the prompt the replica lacks, and the repeated prefill
+/// when it delays anyone).
 ///
 /// The prefix scorer is relative: a 256-token system prompt that every conversation shares is
 /// 80 % of a conversation's first turn, worth three times as much as the load scorer can ever
@@ -95,7 +96,8 @@ pub(super) fn leave_backed_up(
     candidates: &[ReplicaView<'_>],
     pick: usize,
 ) -> usize {
-    if factor.is_nan() || factor.is_infinite() {
+    // Off (`inf`), or not a number: no candidate is cheap enough, so skip pricing them.
+    if !factor.is_finite() {
         return pick;
     }
     let Some(p) = candidates.get(pick) else {
