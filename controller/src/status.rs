@@ -436,7 +436,7 @@ pub fn tenant_status(
             (Some(r), SecretView::NotReadable) => Err((
                 reasons::SECRET_NOT_READABLE,
                 format!(
-                    "the controller may not read Secrets in namespace {ns}, so Secret {:?} cannot be checked: add {ns} to the chart's controller.secretNamespaces (WARMPATH_SECRET_NAMESPACES)",
+                    "the controller may not read Secrets in namespace {ns}, so Secret {:?} cannot be checked: add {ns} to the chart's rbac.secretNamespaces (WARMPATH_SECRET_NAMESPACES; the router reads API keys there only too)",
                     r.name
                 ),
             )),

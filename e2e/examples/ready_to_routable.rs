@@ -155,6 +155,7 @@ async fn main() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![name.clone()],
+                secret_namespaces: vec![name.clone()],
                 boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()

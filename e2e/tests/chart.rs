@@ -133,7 +133,7 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "--set".into(),
                 format!("rbac.watchNamespaces[0]={ns}"),
                 "--set".into(),
-                format!("controller.secretNamespaces[0]={ns}"),
+                format!("rbac.secretNamespaces[0]={ns}"),
                 "--set".into(),
                 "crds.install=false".into(),
             ],
@@ -202,6 +202,23 @@ fn int_at(v: &serde_yaml::Value, path: &[&str]) -> Option<i64> {
 
 /// What every rendered variant must satisfy, whatever the values.
 fn check_common(case: &str, out: &RenderedChart) {
+    // No account the chart creates reads Secrets cluster-wide (TenantPolicies' API keys are
+    // read through Roles in the secret namespaces only).
+    for role in out.of_kind("ClusterRole") {
+        let any_secret = role["rules"].as_sequence().is_some_and(|rules| {
+            rules.iter().any(|r| {
+                r["resources"].as_sequence().is_some_and(|s| {
+                    s.iter()
+                        .any(|x| matches!(x.as_str(), Some("secrets" | "*")))
+                })
+            })
+        });
+        assert!(
+            !any_secret,
+            "{case}: ClusterRole {} grants Secrets",
+            str_at(role, &["metadata", "name"])
+        );
+    }
     for deploy in out.of_kind("Deployment") {
         let name = str_at(deploy, &["metadata", "name"]);
         let pod = &deploy["spec"]["template"]["spec"];
@@ -368,12 +385,12 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                     .is_some(),
                 "{names:?}"
             );
-            // Every namespace is watched, so the router reads Secrets (API keys) in all; its
-            // warmpath role itself grants none.
+            // Every namespace is watched, but Secrets (API keys) are read in the release
+            // namespace only; the router's warmpath role itself grants none.
             check_router_reads_secrets(
                 case,
                 out,
-                "ClusterRole",
+                "Role",
                 &format!("{ns}-{router}-secrets"),
                 router,
             );
@@ -532,7 +549,7 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             check_router_reads_secrets(
                 case,
                 out,
-                "ClusterRole",
+                "Role",
                 &format!("{ns}-{router}-secrets"),
                 "vllm",
             );
@@ -1099,7 +1116,9 @@ async fn router_accepts_the_config_the_chart_renders() {
         .find("ConfigMap", "wp-warmpath-router")
         .expect("router ConfigMap");
     let text = str_at(cm, &["data", "router.yaml"]);
-    let config = warmpath_router::config::Config::parse(text)
+    // The pod's address, as the kubelet gives it (`POD_IP`, from the downward API).
+    let pod_ip = |ip: &'static str| move |name: &str| (name == "POD_IP").then(|| ip.to_owned());
+    let config = warmpath_router::config::Config::parse_with_env(text, pod_ip("10.0.0.7"))
         .unwrap_or_else(|e| panic!("router rejects the chart's config: {e}\n{text}"));
     assert_eq!(config.listen.to_string(), "0.0.0.0:8000");
     assert_eq!(config.admin.to_string(), "0.0.0.0:9000");
@@ -1137,9 +1156,24 @@ async fn router_accepts_the_config_the_chart_renders() {
         .expect("the ext_proc port on the Service");
     assert_eq!(picker["port"].as_u64(), Some(9002));
     assert_eq!(picker["appProtocol"].as_str(), Some("kubernetes.io/h2c"));
-    // Peering: the publisher on `router.ports.peers`, following every address of the headless
-    // Service that selects the router pods (ready or not).
-    assert_eq!(config.peers.listen.as_deref(), Some("tcp://0.0.0.0:5570"));
+    // Peering: the publisher on `router.ports.peers` at the pod's own address (not every
+    // interface: loopback is open to the pod's other containers), following every address of
+    // the headless Service that selects the router pods (ready or not).
+    assert_eq!(config.peers.listen.as_deref(), Some("tcp://10.0.0.7:5570"));
+    let ipv6 = warmpath_router::config::Config::parse_with_env(text, pod_ip("fd00::7"))
+        .unwrap_or_else(|e| panic!("router rejects the chart's config on IPv6: {e}\n{text}"));
+    assert_eq!(ipv6.peers.listen.as_deref(), Some("tcp://[fd00::7]:5570"));
+    let env = &deploy["spec"]["template"]["spec"]["containers"][0]["env"];
+    let pod_ip_env = env
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some("POD_IP"))
+        .expect("POD_IP in the router's environment");
+    assert_eq!(
+        pod_ip_env["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("status.podIP")
+    );
     assert_eq!(
         config.peers.routers,
         ["tcp://wp-warmpath-router-peers.default.svc:5570"]

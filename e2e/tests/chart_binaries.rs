@@ -24,7 +24,7 @@ const ROUTER: &str = "wp-warmpath-router";
 const CONTROLLER: &str = "wp-warmpath-controller";
 
 /// The first container's args and environment as the kubelet would give them (`fieldRef`s to
-/// the pod's name and namespace resolved).
+/// the pod's name and namespace resolved, and its IP: loopback, where the binaries run here).
 fn container_of(
     d: &Deployment,
     pod_name: &str,
@@ -39,6 +39,7 @@ fn container_of(
             (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
                 Some("metadata.name") => pod_name.to_owned(),
                 Some("metadata.namespace") => ns.to_owned(),
+                Some("status.podIP") => "127.0.0.1".to_owned(),
                 other => panic!("{}: unexpected valueFrom {other:?}", e.name),
             },
             (None, None) => String::new(),

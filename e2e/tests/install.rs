@@ -60,6 +60,47 @@ fn install_crds(ns: &TestNamespace, chart: &Chart) {
         .expect("apply CRDs");
 }
 
+/// `kubectl auth can-i VERB secrets --as` ServiceAccount `account` of namespace `ns`, in
+/// namespace `within` (`None`: in every namespace at once): the API server's RBAC answer, as an
+/// operator would ask it.
+fn can_read_secrets(ns: &TestNamespace, account: &str, verb: &str, within: Option<&str>) -> bool {
+    let mut cmd = ns.cluster().kubectl();
+    cmd.args(["auth", "can-i", verb, "secrets", "--as"])
+        .arg(format!("system:serviceaccount:{}:{account}", ns.name()));
+    match within {
+        Some(w) => cmd.args(["-n", w]),
+        None => cmd.arg("--all-namespaces"),
+    };
+    let out = cmd.output().expect("kubectl auth can-i");
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    match answer.as_str() {
+        "yes" => true,
+        "no" => false,
+        _ => panic!(
+            "kubectl auth can-i: {answer:?} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Secrets readable by `account` in the release namespace only (`here`), in no other
+/// namespace and not cluster-wide, for every verb that reads.
+fn reads_secrets_only_here(ns: &TestNamespace, account: &str, here: bool) {
+    for verb in ["get", "list", "watch"] {
+        assert_eq!(
+            can_read_secrets(ns, account, verb, Some(ns.name())),
+            here,
+            "{account} {verb} secrets in its namespace"
+        );
+        for elsewhere in [Some("default"), Some("kube-system"), None] {
+            assert!(
+                !can_read_secrets(ns, account, verb, elsewhere),
+                "{account} may {verb} secrets in {elsewhere:?}"
+            );
+        }
+    }
+}
+
 fn helm_install(ns: &TestNamespace, chart: &Chart, extra: &[&str]) -> String {
     ns.helm_install(chart, RELEASE, extra)
         .expect("helm install")
@@ -264,6 +305,10 @@ async fn service_account_tokens_get_least_privilege() {
         "router lists secrets",
         Api::<Secret>::namespaced(router.clone(), n).list(&lp).await,
     );
+    // Only there: every namespace is watched, but no Secret outside the release namespace
+    // (rbac.secretNamespaces' default) is readable, by any account the chart creates.
+    reads_secrets_only_here(&ns, ROUTER, true);
+    reads_secrets_only_here(&ns, CONTROLLER, true);
     forbidden(
         "router writes secrets",
         Api::<Secret>::namespaced(router.clone(), n)
@@ -698,6 +743,7 @@ async fn sidecar_mode_binds_the_serving_pods_service_accounts() {
             .list(&lp)
             .await,
     );
+    reads_secrets_only_here(&ns, "vllm", true);
     forbidden(
         "sidecar writes replicas",
         replicas(&sidecar, &n)

@@ -69,6 +69,7 @@ async fn router_for(
             kubernetes: Some(Discovery {
                 client: owner.client(),
                 namespaces: vec![owner.name().to_owned(), other.name().to_owned()],
+                secret_namespaces: vec![owner.name().to_owned(), other.name().to_owned()],
                 boundaries,
             }),
             ..Default::default()

@@ -93,6 +93,7 @@ async fn prefill_and_decode_pools_split_through_the_decode_pods_sidecars() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![n.clone()],
+                secret_namespaces: vec![n.clone()],
                 boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()

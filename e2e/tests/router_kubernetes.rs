@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use warmpath_api::v1::{InferencePool, InferenceReplica, TenantPolicy};
 use warmpath_e2e::TestNamespace;
-use warmpath_router::config::Config;
+use warmpath_router::config::{ApiKey, Config};
 use warmpath_router::kubernetes::Discovery;
 use warmpath_router::Options;
 
@@ -347,6 +347,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![n.clone()],
+                secret_namespaces: vec![n.clone()],
                 boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()
@@ -384,7 +385,7 @@ async fn tenant_api_keys_come_from_secrets_and_follow_their_changes() {
         .expect("create tenant policy");
 
     // The tenant reaches the routing table with its key from the Secret.
-    let keys_of_acme = |router: &warmpath_router::RouterHandle| -> Option<Vec<String>> {
+    let keys_of_acme = |router: &warmpath_router::RouterHandle| -> Option<Vec<ApiKey>> {
         router
             .table()
             .config

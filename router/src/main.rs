@@ -58,6 +58,11 @@ struct Args {
         default_value = ""
     )]
     namespaces: Vec<String>,
+    /// Namespaces whose Secrets may hold TenantPolicies' API keys, comma-separated (read there
+    /// only, each value kept as a keyed hash; there is no "all"). Unset: the router's own
+    /// namespace (`--router-namespace`), or none.
+    #[arg(long, env = "WARMPATH_SECRET_NAMESPACES", value_delimiter = ',')]
+    secret_namespaces: Option<Vec<String>>,
     /// Namespaces whose InferencePools may serve a model another namespace's pool named first
     /// (comma-separated). A model is otherwise served only by the namespace that claimed it.
     #[arg(
@@ -232,9 +237,18 @@ fn main() -> anyhow::Result<()> {
                 .map(|n| n.parse::<Network>())
                 .collect::<Result<Vec<_>, _>>()
                 .context("--replica-networks")?;
+            let own_namespace = args
+                .router_namespace
+                .clone()
+                .filter(|n| !n.trim().is_empty());
+            let secret_namespaces = match &args.secret_namespaces {
+                Some(list) => names(list),
+                None => own_namespace.iter().cloned().collect(),
+            };
             Some(Discovery {
                 client,
                 namespaces: names(&args.namespaces),
+                secret_namespaces,
                 boundaries: Boundaries {
                     share_models_with: names(&args.share_models_with),
                     replica_networks: ReplicaNetworks {
@@ -243,10 +257,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     tokenizer_root: args.tokenizer_root.clone(),
                     max_tenant_priority: args.max_tenant_priority,
-                    own_namespace: args
-                        .router_namespace
-                        .clone()
-                        .filter(|n| !n.trim().is_empty()),
+                    own_namespace,
                 },
             })
         } else {

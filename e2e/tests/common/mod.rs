@@ -128,6 +128,7 @@ pub async fn k8s_router_with(client: &kube::Client, ns: &str, extra: &str) -> Ro
             kubernetes: Some(Discovery {
                 client: client.clone(),
                 namespaces: vec![ns.to_owned()],
+                secret_namespaces: vec![ns.to_owned()],
                 boundaries: warmpath_e2e::test_boundaries(),
             }),
             ..Default::default()

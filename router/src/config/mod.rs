@@ -10,6 +10,7 @@
 //! [`warmpath_routing::ConfigError`] at the field it names, so the router can never accept a
 //! value the core would neutralise, nor refuse one the core documents as valid.
 
+mod api_key;
 mod endpoint_picker;
 mod explain;
 mod kv_events;
@@ -29,6 +30,7 @@ use warmpath_routing::predict::TtftPrior;
 use warmpath_routing::prompt::BlockHasher;
 use warmpath_routing::scheduler::SchedulerConfig;
 
+pub use api_key::{ApiKey, KeyDigest, KeyShape};
 pub use endpoint_picker::{EndpointPickerConfig, FailureMode};
 pub use explain::{ExplainConfig, MAX_RECENT};
 pub use kv_events::KvEventsConfig;
@@ -627,8 +629,18 @@ impl Config {
         })
     }
 
-    /// Parse and validate configuration text (the error's `file` is left empty).
+    /// Parse and validate configuration text (the error's `file` is left empty); the
+    /// `${NAME}` references of `peers.listen` are read from the process's environment.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Self::parse_with_env(text, |name| std::env::var(name).ok())
+    }
+
+    /// [`Config::parse`] with the environment `peers.listen`'s `${NAME}` references are read
+    /// from given as `env` (a name's value, `None` when unset).
+    pub fn parse_with_env(
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut config: Config =
             serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
         let located = |(path, message): (FieldPath, String)| ConfigError {
@@ -647,6 +659,11 @@ impl Config {
                 located((path, message))
             })?;
         }
+        // Expanded once, here: what the router binds, shows and compares on reload.
+        config
+            .peers
+            .expand_listen(&env)
+            .map_err(|message| located((FieldPath::root().key("peers").key("listen"), message)))?;
         config.validate().map_err(located)?;
         Ok(config)
     }

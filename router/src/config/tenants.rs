@@ -5,6 +5,7 @@
 //! ([`warmpath_flow`]), checked by its `validate` methods, so that the file and a TenantPolicy
 //! obey one set of rules.
 
+use super::api_key::ApiKey;
 use super::FieldPath;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -65,8 +66,9 @@ pub struct TenantPolicyConfig {
     pub name: String,
     /// The tenant header value that names this tenant; absent: `name`.
     pub header: Option<String>,
-    /// API keys (`Authorization: Bearer <key>`) of this tenant.
-    pub api_keys: Vec<String>,
+    /// API keys (`Authorization: Bearer <key>`) of this tenant, held as keyed hashes
+    /// ([`ApiKey`]).
+    pub api_keys: Vec<ApiKey>,
     /// A file with more keys, one per line (blank lines and `#` comments skipped); read when
     /// the configuration is loaded.
     pub api_keys_file: Option<PathBuf>,
@@ -119,7 +121,7 @@ impl TenantPolicyConfig {
             text.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_owned),
+                .map(ApiKey::new),
         );
         Ok(())
     }
@@ -149,7 +151,7 @@ impl TenantPolicyConfig {
             ));
         }
         for (i, key) in self.api_keys.iter().enumerate() {
-            if key.len() < 8 || !is_token(key) {
+            if key.shape().is_some() {
                 return Err((
                     at.key("api_keys").index(i),
                     "an API key must be 8 to 256 printable ASCII characters without spaces"
@@ -206,7 +208,7 @@ impl TenantsConfig {
                 ));
             }
             for (k, key) in p.api_keys.iter().enumerate() {
-                if !keys.insert(key.as_str()) {
+                if !keys.insert(key.digest()) {
                     // The key itself is never printed.
                     return Err((
                         pp.key("api_keys").index(k),

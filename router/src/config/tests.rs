@@ -562,6 +562,103 @@ fn peers_endpoints_and_bounds_are_checked() {
     );
 }
 
+/// `peers.listen`'s `${NAME}` references, read from `env` (a test's own map) when parsed.
+#[test]
+fn peers_listen_expands_environment_variables() {
+    let env = |name: &str| {
+        [
+            ("WARMPATH_TEST_POD_IP", "10.1.2.3"),
+            ("WARMPATH_TEST_POD_IP6", "fd00::1"),
+            ("WARMPATH_TEST_EMPTY", ""),
+            ("_PORT9", "5570"),
+        ]
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_owned())
+    };
+    let parse = |listen: &str| {
+        Config::parse_with_env(&format!("{MINIMAL}peers:\n  listen: \"{listen}\"\n"), env)
+    };
+    let listen = |template: &str| {
+        parse(template)
+            .unwrap_or_else(|e| panic!("{template}: {e}"))
+            .peers
+            .listen
+            .unwrap()
+    };
+    assert_eq!(
+        listen("tcp://${WARMPATH_TEST_POD_IP}:5570"),
+        "tcp://10.1.2.3:5570"
+    );
+    assert_eq!(listen("tcp://0.0.0.0:5570"), "tcp://0.0.0.0:5570");
+    assert_eq!(
+        listen("tcp://${WARMPATH_TEST_POD_IP}:${_PORT9}"),
+        "tcp://10.1.2.3:5570"
+    );
+    // An IPv6 pod address is the host in brackets, as endpoints (and the ZMTP socket) want it;
+    // already bracketed, it is left as written.
+    assert_eq!(
+        listen("tcp://${WARMPATH_TEST_POD_IP6}:5570"),
+        "tcp://[fd00::1]:5570"
+    );
+    assert_eq!(
+        listen("tcp://[${WARMPATH_TEST_POD_IP6}]:5570"),
+        "tcp://[fd00::1]:5570"
+    );
+    // Only `${NAME}`: a lone `$` stays (and is then the endpoint's problem).
+    assert!(parse("tcp://$WARMPATH_TEST_POD_IP:5570").is_ok());
+    // The expanded endpoint is what is kept, so a reload of the same file compares equal.
+    let text = format!("{MINIMAL}peers:\n  listen: tcp://${{WARMPATH_TEST_POD_IP}}:5570\n");
+    let (a, b) = (
+        Config::parse_with_env(&text, env).unwrap(),
+        Config::parse_with_env(&text, env).unwrap(),
+    );
+    assert!(a.start_only().changed(&b.start_only()).is_empty());
+    assert_eq!(a.peers, b.peers);
+    for (template, says) in [
+        (
+            "tcp://${WARMPATH_TEST_UNSET}:5570",
+            "environment variable `WARMPATH_TEST_UNSET` is not set",
+        ),
+        (
+            "tcp://${WARMPATH_TEST_EMPTY}:5570",
+            "environment variable `WARMPATH_TEST_EMPTY` is not set (or is empty)",
+        ),
+        (
+            "tcp://${WARMPATH_TEST_POD_IP:5570",
+            "without its closing `}`",
+        ),
+        (
+            "tcp://${}:5570",
+            "`${}` does not name an environment variable",
+        ),
+        ("tcp://${9X}:5570", "`${9X}` does not name"),
+        ("tcp://${POD-IP}:5570", "`${POD-IP}` does not name"),
+        // Expanded, the endpoint is still checked.
+        ("udp://${WARMPATH_TEST_POD_IP}:5570", "only tcp://"),
+    ] {
+        let e = parse(template).expect_err(template);
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("peers.listen", Some(10)),
+            "{e}"
+        );
+        assert!(e.message.contains(says), "{template}: {e}");
+    }
+    // `Config::parse` reads the process's environment (a name no one sets).
+    let e = err(&format!(
+        "{MINIMAL}peers: {{ listen: \"tcp://${{WARMPATH_TEST_NEVER_SET_4F2A}}:5570\" }}\n"
+    ));
+    assert_eq!(e.field, "peers.listen", "{e}");
+    assert!(e.message.contains("WARMPATH_TEST_NEVER_SET_4F2A"), "{e}");
+    // Only `listen` is expanded: a reference elsewhere is refused, not kept as a host name.
+    let e = err(&format!(
+        "{MINIMAL}peers: {{ routers: [\"tcp://${{WARMPATH_TEST_POD_IP}}:5570\"] }}\n"
+    ));
+    assert_eq!(e.field, "peers.routers[0]", "{e}");
+    assert!(e.message.contains("only in `peers.listen`"), "{e}");
+}
+
 #[test]
 fn lora_adapters_must_be_models_of_their_pool() {
     let with = |adapters: &str| {

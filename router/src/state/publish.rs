@@ -294,11 +294,11 @@ pub fn merge_tenants(
     }
     let mut names: HashSet<String> = HashSet::from([into.default.name.clone()]);
     let mut headers: HashSet<String> = HashSet::new();
-    let mut keys: HashSet<String> = HashSet::new();
+    let mut keys: HashSet<crate::config::ApiKey> = HashSet::new();
     for p in &into.policies {
         names.insert(p.name.clone());
         headers.insert(p.header_value().to_owned());
-        keys.extend(p.api_keys.iter().cloned());
+        keys.extend(p.api_keys.iter().copied());
     }
     let mut skipped = Vec::new();
     for t in discovered {
@@ -320,7 +320,7 @@ pub fn merge_tenants(
         }
         names.insert(t.name.clone());
         headers.insert(t.header_value().to_owned());
-        keys.extend(t.api_keys.iter().cloned());
+        keys.extend(t.api_keys.iter().copied());
         into.policies.push(t.clone());
     }
     skipped
@@ -337,13 +337,14 @@ fn per_replica_bytes(index: &crate::config::IndexConfig, replicas: usize) -> usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ApiKey;
     use crate::state::index::RouterIndex;
 
     fn tenant(name: &str, header: Option<&str>, keys: &[&str]) -> TenantPolicyConfig {
         TenantPolicyConfig {
             name: name.into(),
             header: header.map(str::to_owned),
-            api_keys: keys.iter().map(|k| k.to_string()).collect(),
+            api_keys: keys.iter().map(|k| ApiKey::new(k)).collect(),
             ..Default::default()
         }
     }
@@ -502,7 +503,7 @@ mod tests {
         )
         .unwrap();
         let (mut p, reader) = publisher(&file);
-        let policies = |r: &TableReader| -> Vec<(String, Vec<String>)> {
+        let policies = |r: &TableReader| -> Vec<(String, Vec<ApiKey>)> {
             r.current()
                 .config
                 .tenants
@@ -513,7 +514,7 @@ mod tests {
         };
         assert_eq!(
             policies(&reader),
-            [("file-tenant".to_owned(), vec!["sk-file-key-1".to_owned()])]
+            [("file-tenant".to_owned(), vec![ApiKey::new("sk-file-key-1")])]
         );
 
         // Only the tenants change (no pools at all): still a new table.
@@ -528,8 +529,8 @@ mod tests {
         assert_eq!(
             policies(&reader),
             [
-                ("file-tenant".to_owned(), vec!["sk-file-key-1".to_owned()]),
-                ("acme".to_owned(), vec!["sk-acme-first-key".to_owned()]),
+                ("file-tenant".to_owned(), vec![ApiKey::new("sk-file-key-1")]),
+                ("acme".to_owned(), vec![ApiKey::new("sk-acme-first-key")]),
             ]
         );
 

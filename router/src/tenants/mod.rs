@@ -21,7 +21,7 @@ mod tests;
 use objectives::named_objective;
 pub use objectives::{Objective, Objectives, OBJECTIVE_HEADERS};
 
-use crate::config::{is_token, TenantPolicyConfig, TenantsConfig};
+use crate::config::{is_token, KeyDigest, TenantPolicyConfig, TenantsConfig};
 use crate::errors::ApiError;
 use http::{header, HeaderMap, HeaderName};
 use ipnet::IpNet;
@@ -102,7 +102,8 @@ pub struct Identity {
 /// The tenant rules of one routing table.
 #[derive(Debug)]
 pub struct Directory {
-    by_key: HashMap<Box<str>, Arc<Tenant>>,
+    /// By the keyed hash of the key (see [`ApiKey`](crate::config::ApiKey)).
+    by_key: HashMap<KeyDigest, Arc<Tenant>>,
     by_header: HashMap<Box<str>, Arc<Tenant>>,
     default: Arc<Tenant>,
     default_policy: TenantPolicyConfig,
@@ -121,7 +122,7 @@ impl Directory {
             let tenant = Arc::new(Tenant::from_policy(Arc::from(p.name.as_str()), p));
             by_header.insert(Box::from(p.header_value()), tenant.clone());
             for key in &p.api_keys {
-                by_key.insert(Box::from(key.as_str()), tenant.clone());
+                by_key.insert(key.digest(), tenant.clone());
             }
         }
         let default = Arc::new(Tenant::from_policy(
@@ -191,7 +192,10 @@ impl Directory {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer);
-        if let Some(tenant) = key.and_then(|k| self.by_key.get(k)) {
+        let known = key
+            .filter(|_| !self.by_key.is_empty())
+            .and_then(|k| self.by_key.get(&KeyDigest::of(k.as_bytes())));
+        if let Some(tenant) = known {
             return Ok(Identity {
                 tenant: tenant.clone(),
                 via: Via::ApiKey,

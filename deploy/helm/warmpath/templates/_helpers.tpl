@@ -91,7 +91,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- if and .Values.router.ports.peers (eq .Values.router.mode "deployment") }}
 {{- $peers := deepCopy (default (dict) (get $cfg "peers")) }}
-{{- $_ := set $peers "listen" (printf "tcp://0.0.0.0:%v" .Values.router.ports.peers) }}
+{{- /* The pod's own address (POD_IP, from the downward API; the router expands it): the file is
+shared by every pod, and every interface would include loopback, open to the pod's other
+containers whatever the NetworkPolicy says. */}}
+{{- $_ := set $peers "listen" (printf "tcp://${POD_IP}:%v" .Values.router.ports.peers) }}
 {{- if not (hasKey $peers "routers") }}{{ $_ := set $peers "routers" (list (printf "tcp://%s.%s.svc:%v" (include "warmpath.router.peersService" .) .Release.Namespace .Values.router.ports.peers)) }}{{ end }}
 {{- if not (hasKey $peers "key_file") }}{{ $_ := set $peers "key_file" "/var/run/warmpath/peers-key/key" }}{{ end }}
 {{- $_ := set $cfg "peers" $peers }}
@@ -137,9 +140,13 @@ then draining for what is left of the grace period but 5 s. */}}
 {{- join "," .Values.rbac.watchNamespaces }}
 {{- end }}
 
-{{/* Namespaces whose Secrets the controller reads: secretNamespaces, or the release's. */}}
+{{/*
+Namespaces whose Secrets the controller and the router read (TenantPolicies' API keys):
+rbac.secretNamespaces, else the older controller.secretNamespaces, else the release's.
+*/}}
 {{- define "warmpath.secretNamespaces" -}}
-{{- if .Values.controller.secretNamespaces }}{{ toJson (uniq .Values.controller.secretNamespaces) }}{{ else }}{{ toJson (list .Release.Namespace) }}{{ end }}
+{{- $list := .Values.rbac.secretNamespaces | default .Values.controller.secretNamespaces }}
+{{- if $list }}{{ toJson (uniq $list) }}{{ else }}{{ toJson (list .Release.Namespace) }}{{ end }}
 {{- end }}
 
 {{/* Pod anti-affinity preset merged with user affinity. Takes {ctx, component, preset, key, extra}. */}}

@@ -17,6 +17,8 @@
       value: {{ .Values.router.logLevel | quote }}
     - name: WARMPATH_WATCH_NAMESPACES
       value: {{ include "warmpath.watchNamespaces" . | quote }}
+    - name: WARMPATH_SECRET_NAMESPACES
+      value: {{ include "warmpath.secretNamespaces" . | fromJsonArray | join "," | quote }}
     {{- include "warmpath.boundaryEnv" . | nindent 4 }}
     - name: POD_NAME
       valueFrom:
@@ -26,6 +28,10 @@
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
     {{- with .Values.router.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

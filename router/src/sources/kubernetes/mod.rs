@@ -1,6 +1,8 @@
 //! Kubernetes mode: the router reads its pools, tenants and objectives from the cluster.
-//! Reflectors keep local copies of InferencePools, InferenceReplicas, TenantPolicies and Secrets
-//! (in the watched namespaces, or all; the router's account needs to read all four there), and of
+//! Reflectors keep local copies of InferencePools, InferenceReplicas and TenantPolicies (in the
+//! watched namespaces, or all; the router's account needs to read them there), of the Secrets
+//! in the few namespaces the operator lets it read them in (`--secret-namespaces`: never
+//! all; each value kept only as a keyed hash, [`tenants::seal_secret`]), and of
 //! llm-d's InferenceObjectives when the API server serves them (checked once at start); after
 //! every batch of changes the pool list ([`translate::discovered`]), the tenant list
 //! ([`tenants::discovered`], API keys from the Secrets the policies name) and the objectives
@@ -47,6 +49,10 @@ pub struct Discovery {
     pub client: Client,
     /// Namespaces to watch; empty: every namespace.
     pub namespaces: Vec<String>,
+    /// Namespaces whose Secrets hold TenantPolicies' API keys and may be read (never every
+    /// namespace: the router faces clients, and the keys of a policy whose Secret lies
+    /// elsewhere are not read, which the policy's problem says). Empty: no Secret is read.
+    pub secret_namespaces: Vec<String>,
     /// What the watched namespaces' resources may do (models, replica addresses, tokenizer
     /// paths, tenants).
     pub boundaries: Boundaries,
@@ -56,6 +62,7 @@ impl fmt::Debug for Discovery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Discovery")
             .field("namespaces", &self.namespaces)
+            .field("secret_namespaces", &self.secret_namespaces)
             .field("boundaries", &self.boundaries)
             .finish_non_exhaustive()
     }
@@ -156,12 +163,13 @@ fn trim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// A Secret as kept for its API keys: `data` only. Annotations go too, since
-/// `kubectl apply` copies the whole Secret, values included, into one of them.
+/// A Secret as kept for its API keys: `data` only, sealed (each value replaced by its keyed
+/// hash). Annotations go too, since `kubectl apply` copies the whole Secret, values included,
+/// into one of them.
 fn trim_secret(secret: &mut Secret) {
     trim(secret);
     secret.metadata.annotations = None;
-    secret.string_data = None;
+    tenants::seal_secret(secret);
 }
 
 /// One API per watched namespace, or one for all.
@@ -180,11 +188,11 @@ where
 }
 
 /// Watch one kind in each namespace (or all), reflecting into a store per watch. `config` and
-/// `modify` say what to list and what to keep of each object.
+/// `modify` say what to list and what to keep of each object. Each watch's index (in
+/// [`Signal::Listed`]) is its stream's position in `streams`.
 fn watch_kind<K>(
     client: &Client,
     namespaces: &[String],
-    first_index: usize,
     config: &watcher::Config,
     modify: fn(&mut K),
     stores: &mut Vec<Store<K>>,
@@ -198,8 +206,8 @@ fn watch_kind<K>(
         + Sync
         + 'static,
 {
-    for (i, api) in apis::<K>(client, namespaces).into_iter().enumerate() {
-        let index = first_index + i;
+    for api in apis::<K>(client, namespaces) {
+        let index = streams.len();
         let (reader, writer) = reflector::store::<K>();
         stores.push(reader);
         let s = watcher(api, config.clone())
@@ -297,63 +305,42 @@ pub(crate) async fn run(
     let ns = &discovery.namespaces;
     let boundaries = &discovery.boundaries;
     let client = &discovery.client;
-    let per_kind = ns.len().max(1);
     let all = watcher::Config::default();
     let mut streams = Vec::new();
     let mut pools = Vec::new();
     let mut replicas = Vec::new();
     let mut policies = Vec::new();
     let mut secrets = Vec::new();
-    watch_kind::<InferencePool>(client, ns, 0, &all, trim, &mut pools, &mut streams);
-    watch_kind::<InferenceReplica>(
-        client,
-        ns,
-        per_kind,
-        &all,
-        trim,
-        &mut replicas,
-        &mut streams,
-    );
-    watch_kind::<TenantPolicy>(
-        client,
-        ns,
-        2 * per_kind,
-        &all,
-        trim,
-        &mut policies,
-        &mut streams,
-    );
-    watch_kind::<Secret>(
-        client,
-        ns,
-        3 * per_kind,
-        &watcher::Config::default().fields(SECRET_FIELDS),
-        trim_secret,
-        &mut secrets,
-        &mut streams,
-    );
+    watch_kind::<InferencePool>(client, ns, &all, trim, &mut pools, &mut streams);
+    watch_kind::<InferenceReplica>(client, ns, &all, trim, &mut replicas, &mut streams);
+    watch_kind::<TenantPolicy>(client, ns, &all, trim, &mut policies, &mut streams);
+    let secret_ns = &discovery.secret_namespaces;
+    // An empty list means none here (for `apis`, it would mean all).
+    if !secret_ns.is_empty() {
+        watch_kind::<Secret>(
+            client,
+            secret_ns,
+            &watcher::Config::default().fields(SECRET_FIELDS),
+            trim_secret,
+            &mut secrets,
+            &mut streams,
+        );
+    }
     let mut objectives = Vec::new();
     let Some(objectives_watched) = watch_objectives(client, ns, &mut shutdown, &status).await
     else {
         return;
     };
     if objectives_watched {
-        watch_kind::<InferenceObjective>(
-            client,
-            ns,
-            4 * per_kind,
-            &all,
-            trim,
-            &mut objectives,
-            &mut streams,
-        );
+        watch_kind::<InferenceObjective>(client, ns, &all, trim, &mut objectives, &mut streams);
     }
     let mut listed = vec![false; streams.len()];
     let mut events = stream::select_all(streams);
     let mut last_error_log: Option<Instant> = None;
     tracing::info!(
         namespaces = %if ns.is_empty() { "*".to_owned() } else { ns.join(",") },
-        "watching InferencePools, InferenceReplicas, TenantPolicies, Secrets{}",
+        secret_namespaces = %secret_ns.join(","),
+        "watching InferencePools, InferenceReplicas, TenantPolicies, Secrets (their API keys, in the secret namespaces only){}",
         if objectives_watched {
             " and llm-d InferenceObjectives"
         } else {
@@ -413,8 +400,14 @@ pub(crate) async fn run(
         let found_tenants = tenants::discovered(
             policy_objs.iter().map(|p| p.as_ref()),
             |ns, name| {
+                if !secret_ns.iter().any(|s| s == ns) {
+                    return tenants::SecretLookup::NotReadable;
+                }
                 let key = ObjectRef::new(name).within(ns);
-                secrets.iter().find_map(|s| s.get(&key))
+                match secrets.iter().find_map(|s| s.get(&key)) {
+                    Some(s) => tenants::SecretLookup::Found(s),
+                    None => tenants::SecretLookup::Missing,
+                }
             },
             boundaries,
         );

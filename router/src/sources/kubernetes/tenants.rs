@@ -18,7 +18,7 @@
 //! What is left out is returned as [`Problem`]s for the caller to log; none of them ever holds
 //! an API key's value (only the Secret's and the data key's names).
 
-use crate::config::{is_token, TenantPolicyConfig};
+use crate::config::{is_token, ApiKey, KeyDigest, KeyShape, TenantPolicyConfig};
 use k8s_openapi::api::core::v1::Secret;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -26,9 +26,6 @@ use std::sync::Arc;
 use warmpath_api::boundaries::{header_problem, taken_claims, Boundaries};
 use warmpath_api::v1::{TenantLimits, TenantPolicy};
 use warmpath_flow::TenantLimitsConfig;
-
-/// The shortest API key accepted (as in the static file: a shorter one is guessable).
-const MIN_KEY_LEN: usize = 8;
 
 /// Something about a TenantPolicy the router could not use as written. `policy` and `secret`
 /// are `namespace/name`.
@@ -49,8 +46,11 @@ pub enum Problem {
         asked: i32,
         cap: i32,
     },
-    /// The referenced Secret does not exist (or is not visible): the tenant has no keys.
+    /// The referenced Secret does not exist: the tenant has no keys.
     SecretMissing { policy: String, secret: String },
+    /// The referenced Secret is in a namespace whose Secrets the router does not read: the
+    /// tenant has no keys.
+    SecretNotReadable { policy: String, secret: String },
     /// The Secret exists but has no such data key: the tenant has no keys.
     KeyMissing {
         policy: String,
@@ -63,20 +63,11 @@ pub enum Problem {
         policy: String,
         secret: String,
         entry: String,
-        why: BadKey,
+        why: KeyShape,
     },
     /// The policy's settings break a rule the router enforces (the CRD's schema normally
     /// prevents it; an object stored under an older schema may not): not routed.
     Invalid { policy: String, message: String },
-}
-
-/// Why a Secret value is not an API key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BadKey {
-    NotUtf8,
-    TooShort,
-    /// Characters other than visible ASCII, or longer than 256.
-    NotVisibleAscii,
 }
 
 impl fmt::Display for Problem {
@@ -102,6 +93,10 @@ impl fmt::Display for Problem {
                 f,
                 "TenantPolicy {policy}: Secret {secret} not found; the tenant has no API keys until it exists"
             ),
+            Problem::SecretNotReadable { policy, secret } => write!(
+                f,
+                "TenantPolicy {policy}: Secret {secret} is in a namespace whose Secrets the router does not read (--secret-namespaces); the tenant has no API keys"
+            ),
             Problem::KeyMissing {
                 policy,
                 secret,
@@ -115,19 +110,10 @@ impl fmt::Display for Problem {
                 secret,
                 entry,
                 why,
-            } => {
-                let why = match why {
-                    BadKey::NotUtf8 => "is not UTF-8 text".to_owned(),
-                    BadKey::TooShort => format!("is shorter than {MIN_KEY_LEN} characters"),
-                    BadKey::NotVisibleAscii => {
-                        "has characters other than visible ASCII (or more than 256)".to_owned()
-                    }
-                };
-                write!(
-                    f,
-                    "TenantPolicy {policy}: the value of {entry:?} in Secret {secret} {why}; it is not accepted as an API key"
-                )
-            }
+            } => write!(
+                f,
+                "TenantPolicy {policy}: the value of {entry:?} in Secret {secret} {why}; it is not accepted as an API key"
+            ),
             Problem::Invalid { policy, message } => {
                 write!(f, "TenantPolicy {policy} skipped: {message}")
             }
@@ -168,15 +154,72 @@ fn camel_case_fields(message: &str) -> String {
     })
 }
 
-/// The API keys in `secret` per `key` (one data key, or all of them in key order), trimmed and
-/// without duplicates; values that are not keys are reported.
+/// What the router keeps of one value of a watched Secret, in place of the value: its
+/// [`KeyDigest`] (32 bytes) when it is a usable API key once trimmed, one byte naming its
+/// [`KeyShape`] when it is not, nothing when it is empty. Done by the watch as each Secret
+/// arrives ([`seal_secret`]), so no value outlives its decoding.
+fn seal(value: &[u8]) -> Vec<u8> {
+    let Ok(text) = std::str::from_utf8(value) else {
+        return vec![shape_code(KeyShape::NotUtf8)];
+    };
+    // Trailing newlines are what `echo` into a file and `kubectl create secret
+    // --from-file` leave behind; they are not part of the key.
+    let text = text.trim();
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let key = ApiKey::new(text);
+    match key.shape() {
+        Some(shape) => vec![shape_code(shape)],
+        None => key.digest().to_bytes().to_vec(),
+    }
+}
+
+fn shape_code(shape: KeyShape) -> u8 {
+    match shape {
+        KeyShape::NotUtf8 => 0,
+        KeyShape::NotVisibleAscii => 1,
+        KeyShape::TooShort => 2,
+    }
+}
+
+/// One value as [`seal`] left it.
+enum Sealed {
+    Empty,
+    Key(ApiKey),
+    Bad(KeyShape),
+}
+
+fn unseal(bytes: &[u8]) -> Sealed {
+    match bytes {
+        [] => Sealed::Empty,
+        [0] => Sealed::Bad(KeyShape::NotUtf8),
+        [2] => Sealed::Bad(KeyShape::TooShort),
+        // [1], and anything a caller passed unsealed.
+        _ => KeyDigest::from_bytes(bytes)
+            .map(|d| Sealed::Key(ApiKey::from_digest(d)))
+            .unwrap_or(Sealed::Bad(KeyShape::NotVisibleAscii)),
+    }
+}
+
+/// Replaces every value of `secret` by what [`seal`] keeps of it; `string_data` (write-only,
+/// never served) goes.
+pub fn seal_secret(secret: &mut Secret) {
+    secret.string_data = None;
+    for value in secret.data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.0 = seal(&value.0);
+    }
+}
+
+/// The API keys in `secret` (sealed, see [`seal_secret`]) per `key` (one data key, or all of
+/// them in key order), without duplicates; values that are not keys are reported.
 fn keys_of(
     secret: &Secret,
     key: Option<&str>,
     policy: &str,
     secret_name: &str,
     problems: &mut Vec<Problem>,
-) -> Vec<String> {
+) -> Vec<ApiKey> {
     let empty = Default::default();
     let data = secret.data.as_ref().unwrap_or(&empty);
     let entries: Vec<(&String, &k8s_openapi::ByteString)> = match key {
@@ -193,35 +236,34 @@ fn keys_of(
         },
         None => data.iter().collect(),
     };
-    let mut keys: Vec<String> = Vec::new();
+    let mut keys: Vec<ApiKey> = Vec::new();
     for (entry, value) in entries {
-        let bad = |why| Problem::BadKey {
-            policy: policy.to_owned(),
-            secret: secret_name.to_owned(),
-            entry: entry.clone(),
-            why,
-        };
-        let Ok(text) = std::str::from_utf8(&value.0) else {
-            problems.push(bad(BadKey::NotUtf8));
-            continue;
-        };
-        // Trailing newlines are what `echo` into a file and `kubectl create secret
-        // --from-file` leave behind; they are not part of the key.
-        let text = text.trim();
-        if text.is_empty() {
+        match unseal(&value.0) {
             // An empty value is a placeholder, not a mistake worth a warning (the controller
             // reports a Secret with no keys in the policy's status).
-            continue;
-        }
-        if !is_token(text) {
-            problems.push(bad(BadKey::NotVisibleAscii));
-        } else if text.len() < MIN_KEY_LEN {
-            problems.push(bad(BadKey::TooShort));
-        } else if !keys.iter().any(|k| k == text) {
-            keys.push(text.to_owned());
+            Sealed::Empty => {}
+            Sealed::Bad(why) => problems.push(Problem::BadKey {
+                policy: policy.to_owned(),
+                secret: secret_name.to_owned(),
+                entry: entry.clone(),
+                why,
+            }),
+            Sealed::Key(k) => {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
         }
     }
     keys
+}
+
+/// A Secret looked up by namespace and name.
+pub enum SecretLookup {
+    Found(Arc<Secret>),
+    Missing,
+    /// In a namespace whose Secrets the router does not watch.
+    NotReadable,
 }
 
 /// The router's settings for one TenantPolicy, with its keys from `secret` (looked up by
@@ -229,7 +271,7 @@ fn keys_of(
 /// routed at all.
 pub fn tenant(
     policy: &TenantPolicy,
-    secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+    secret: impl Fn(&str, &str) -> SecretLookup,
     boundaries: &Boundaries,
     problems: &mut Vec<Problem>,
 ) -> Result<TenantPolicyConfig, Problem> {
@@ -271,9 +313,18 @@ pub fn tenant(
         Some(r) => {
             let secret_name = format!("{ns}/{}", r.name);
             match secret(ns, &r.name) {
-                Some(s) => keys_of(&s, r.key.as_deref(), &id, &secret_name, problems),
-                None => {
+                SecretLookup::Found(s) => {
+                    keys_of(&s, r.key.as_deref(), &id, &secret_name, problems)
+                }
+                SecretLookup::Missing => {
                     problems.push(Problem::SecretMissing {
+                        policy: id.clone(),
+                        secret: secret_name,
+                    });
+                    Vec::new()
+                }
+                SecretLookup::NotReadable => {
+                    problems.push(Problem::SecretNotReadable {
                         policy: id.clone(),
                         secret: secret_name,
                     });
@@ -314,7 +365,7 @@ pub fn tenant(
 /// being deleted are left out (their tenant is going away, as a deleted pool's replicas are).
 pub fn discovered<'a>(
     policies: impl IntoIterator<Item = &'a TenantPolicy>,
-    secret: impl Fn(&str, &str) -> Option<Arc<Secret>>,
+    secret: impl Fn(&str, &str) -> SecretLookup,
     boundaries: &Boundaries,
 ) -> Found {
     let mut sorted: Vec<&TenantPolicy> = policies
@@ -408,21 +459,29 @@ mod tests {
         }
     }
 
+    /// A Secret as the watch keeps it (sealed).
     fn secret(data: &[(&str, &[u8])]) -> Arc<Secret> {
-        Arc::new(Secret {
+        let mut s = Secret {
             data: Some(
                 data.iter()
                     .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
                     .collect::<BTreeMap<_, _>>(),
             ),
             ..Default::default()
-        })
+        };
+        seal_secret(&mut s);
+        Arc::new(s)
     }
 
     type Secrets = HashMap<(String, String), Arc<Secret>>;
 
-    fn lookup(secrets: &Secrets) -> impl Fn(&str, &str) -> Option<Arc<Secret>> + '_ {
-        |ns, name| secrets.get(&(ns.to_owned(), name.to_owned())).cloned()
+    /// Secrets in `secrets`; namespace `unread` is one the router does not watch.
+    fn lookup(secrets: &Secrets) -> impl Fn(&str, &str) -> SecretLookup + '_ {
+        |ns, name| match secrets.get(&(ns.to_owned(), name.to_owned())) {
+            _ if ns == "unread" => SecretLookup::NotReadable,
+            Some(s) => SecretLookup::Found(s.clone()),
+            None => SecretLookup::Missing,
+        }
     }
 
     fn secrets(list: &[(&str, &str, Arc<Secret>)]) -> Secrets {
@@ -447,7 +506,7 @@ mod tests {
                 },
             }),
         );
-        let found = discovered([&p], |_, _| None, &Boundaries::default());
+        let found = discovered([&p], |_, _| SecretLookup::Missing, &Boundaries::default());
         assert!(found.problems.is_empty(), "{:?}", found.problems);
         assert_eq!(
             found.tenants,
@@ -472,7 +531,7 @@ mod tests {
         // Defaults: weight 1, no limits, the name as header value.
         let plain = discovered(
             [&policy("ml", "plain", serde_json::json!({}))],
-            |_, _| None,
+            |_, _| SecretLookup::Missing,
             &Boundaries::default(),
         );
         let t = &plain.tenants[0];
@@ -517,6 +576,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sealed_secret_holds_no_value() {
+        let s = secret(&[
+            ("primary", b"sk-primary-0001\n"),
+            ("short", b"sk-1"),
+            ("blank", b" "),
+        ]);
+        let data = s.data.as_ref().unwrap();
+        let kept: Vec<&[u8]> = data.values().map(|v| v.0.as_slice()).collect();
+        assert_eq!(kept.iter().map(|v| v.len()).collect::<Vec<_>>(), [0, 32, 1]);
+        assert!(!kept[1].windows(4).any(|w| w == b"sk-p"), "{kept:?}");
+        assert_eq!(
+            ApiKey::from_digest(KeyDigest::from_bytes(kept[1]).unwrap()),
+            "sk-primary-0001"
+        );
+    }
+
+    #[test]
     fn bad_values_are_left_out_and_reported_without_the_key() {
         let s = secrets(&[(
             "ml",
@@ -536,7 +612,7 @@ mod tests {
         );
         let found = discovered([&p], lookup(&s), &Boundaries::default());
         assert_eq!(found.tenants[0].api_keys, ["sk-good-key-1"]);
-        let mut why: Vec<(&str, BadKey)> = found
+        let mut why: Vec<(&str, KeyShape)> = found
             .problems
             .iter()
             .map(|p| match p {
@@ -548,10 +624,10 @@ mod tests {
         assert_eq!(
             why,
             [
-                ("binary", BadKey::NotUtf8),
-                ("short", BadKey::TooShort),
-                ("spaced", BadKey::NotVisibleAscii),
-                ("unicode", BadKey::NotVisibleAscii),
+                ("binary", KeyShape::NotUtf8),
+                ("short", KeyShape::TooShort),
+                ("spaced", KeyShape::NotVisibleAscii),
+                ("unicode", KeyShape::NotVisibleAscii),
             ]
         );
         for p in &found.problems {
@@ -585,12 +661,17 @@ mod tests {
             "c",
             serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
         );
+        let unread = policy(
+            "unread",
+            "d",
+            serde_json::json!({"apiKeySecretRef": {"name": "keys"}}),
+        );
         let found = discovered(
-            [&missing_secret, &missing_key, &elsewhere],
+            [&missing_secret, &missing_key, &elsewhere, &unread],
             lookup(&s),
             &Boundaries::default(),
         );
-        assert_eq!(found.tenants.len(), 3);
+        assert_eq!(found.tenants.len(), 4);
         assert!(found.tenants.iter().all(|t| t.api_keys.is_empty()));
         assert_eq!(
             found.problems,
@@ -608,8 +689,15 @@ mod tests {
                     policy: "other/c".into(),
                     secret: "other/keys".into()
                 },
+                Problem::SecretNotReadable {
+                    policy: "unread/d".into(),
+                    secret: "unread/keys".into()
+                },
             ]
         );
+        assert!(found.problems[3]
+            .to_string()
+            .contains("--secret-namespaces"));
     }
 
     fn created(mut p: TenantPolicy, seconds: i64) -> TenantPolicy {
@@ -630,7 +718,7 @@ mod tests {
             own_namespace: Some("system".into()),
             ..Default::default()
         };
-        let found = discovered([&b, &own, &a], |_, _| None, &boundaries);
+        let found = discovered([&b, &own, &a], |_, _| SecretLookup::Missing, &boundaries);
         assert!(found.problems.is_empty(), "{:?}", found.problems);
         let names: Vec<(&str, &str, u32)> = found
             .tenants
@@ -693,7 +781,7 @@ mod tests {
             lookup(&s),
             &Boundaries::default(),
         );
-        let tenants: Vec<(&str, &[String])> = found
+        let tenants: Vec<(&str, &[ApiKey])> = found
             .tenants
             .iter()
             .map(|t| (t.name.as_str(), t.api_keys.as_slice()))
@@ -701,8 +789,8 @@ mod tests {
         assert_eq!(
             tenants,
             [
-                ("attacker/acme", &["sk-attacker-own".to_owned()][..]),
-                ("victim/acme", &["sk-victim-key-1".to_owned()][..]),
+                ("attacker/acme", &[ApiKey::new("sk-attacker-own")][..]),
+                ("victim/acme", &[ApiKey::new("sk-victim-key-1")][..]),
             ]
         );
         assert!(found.problems.contains(&Problem::KeyTaken {
@@ -733,7 +821,7 @@ mod tests {
             own_namespace: Some("system".into()),
             ..Default::default()
         };
-        let found = discovered([&greedy, &gold], |_, _| None, &boundaries);
+        let found = discovered([&greedy, &gold], |_, _| SecretLookup::Missing, &boundaries);
         let priorities: Vec<(&str, i32)> = found
             .tenants
             .iter()
@@ -767,7 +855,7 @@ mod tests {
         let ok = policy("ml", "ok", serde_json::json!({}));
         let found = discovered(
             [&burst_alone, &heavy, &leaving, &ok],
-            |_, _| None,
+            |_, _| SecretLookup::Missing,
             &Boundaries::default(),
         );
         assert_eq!(found.tenants.len(), 1);
