@@ -159,8 +159,9 @@ pub enum AttemptError {
     #[error("{error}")]
     Refused { replica: ReplicaId, error: ApiError },
     /// The replica answered 502 or 503 (an engine that cannot take the request, or a proxy in
-    /// front of one that is gone): nothing has reached the client, another may be tried; when
-    /// none is, this answer is the client's.
+    /// front of one that is gone), or another 5xx whose body does not blame the request:
+    /// nothing has reached the client, another may be tried; when none is, this answer is the
+    /// client's.
     #[error("replica {name} answered {status}")]
     Unavailable {
         replica: ReplicaId,

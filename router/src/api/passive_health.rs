@@ -1,7 +1,9 @@
 //! Passive health: what forwarding tells about a replica. A refused or unreachable connection
 //! ejects it for a backoff (see `crate::state::health`) and forgets its index entries (a replica
 //! that refuses connections has likely restarted, with an empty cache), and the attempt may be
-//! retried. Failed answers (5xx, unless the error's body blames the request; no head in time,
+//! retried. So may a 5xx answer, which nothing of has reached the client yet: a 502/503 judged
+//! on its head, another 5xx once its (short) body is read and does not blame the request
+//! ([`ERROR_BODY_WAIT`], [`ERROR_BODY_MAX`]; an error that does is the client's answer). Failed answers (5xx, unless the error's body blames the request; no head in time,
 //! unless it answered others meanwhile; resets, connections that time out, streams that break
 //! or go silent after their head) eject it after a run of them, or when they are too
 //! large a share of its last answers, unless half its pool is out already; a good answer (its
@@ -15,12 +17,12 @@ use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
 use crate::state::index::SharedIndex;
 use crate::state::replica::ReplicaState;
+use bytes::{Bytes, BytesMut};
 use http::Response;
-use std::future::Future;
-use std::pin::Pin;
+use http_body_util::{BodyExt, BodyStream, StreamBody};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tower::{Layer, Service};
 use warmpath_routing::index::PrefixIndex;
 
@@ -54,14 +56,20 @@ pub struct PassiveHealth<S> {
     inner: S,
 }
 
+/// How long a 5xx's body (other than a 502/503's) may take to arrive before the answer is
+/// passed on as it comes, unjudged and not retried: engines send their JSON errors at once.
+pub const ERROR_BODY_WAIT: Duration = Duration::from_secs(2);
+/// The most of such a body held to judge it; a longer one is passed on, not retried.
+pub const ERROR_BODY_MAX: usize = 64 * 1024;
+
 impl<S> Service<Chosen> for PassiveHealth<S>
 where
     S: Service<Chosen, Response = Response<RespBody>, Error = UpstreamError>,
-    S::Future: Unpin,
+    S::Future: Send + 'static,
 {
     type Response = Response<RespBody>;
     type Error = AttemptError;
-    type Future = Observed<S::Future>;
+    type Future = super::StageFuture<Response<RespBody>, AttemptError>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), AttemptError>> {
         self.inner
@@ -72,20 +80,42 @@ where
     fn call(&mut self, chosen: Chosen) -> Self::Future {
         let replica = chosen.routed.candidate.replica.clone();
         let request = chosen.request.clone();
-        Observed {
-            inner: self.inner.call(chosen),
+        let inner = self.inner.call(chosen);
+        let observed = Observed {
             sent: Instant::now(),
             replica,
             request,
             index: self.index.clone(),
             metrics: self.metrics.clone(),
-        }
+        };
+        Box::pin(async move {
+            match inner.await {
+                Ok(resp)
+                    if matches!(
+                        resp.status(),
+                        http::StatusCode::BAD_GATEWAY | http::StatusCode::SERVICE_UNAVAILABLE
+                    ) =>
+                {
+                    observed
+                        .metrics
+                        .upstream_error(&observed.replica.name, "unavailable");
+                    observed.answer_failed();
+                    Err(observed.unavailable(resp))
+                }
+                Ok(resp) if resp.status().is_server_error() => {
+                    observed.judge_server_error(resp).await
+                }
+                // Judged when its body ends (`forward::respond`): a stream that breaks midway
+                // is a failed answer, not a good one.
+                Ok(resp) => Ok(resp),
+                Err(e) => Err(observed.failed(e)),
+            }
+        })
     }
 }
 
 /// Forwarding's outcome on its way back, read for what it says about the replica.
-pub struct Observed<F> {
-    inner: F,
+struct Observed {
     /// When the request went to the replica: a timeout counts against the replica only if it
     /// answered nothing since.
     sent: Instant,
@@ -96,7 +126,7 @@ pub struct Observed<F> {
     metrics: Arc<Metrics>,
 }
 
-impl<F> Observed<F> {
+impl Observed {
     fn failed(&self, error: UpstreamError) -> AttemptError {
         let replica = &self.replica;
         let kind = match &error {
@@ -153,40 +183,70 @@ impl<F> Observed<F> {
             .table
             .answer_failed(&self.replica, &self.request.features().model);
     }
-}
-
-impl<F> Future for Observed<F>
-where
-    F: Future<Output = Result<Response<RespBody>, UpstreamError>> + Unpin,
-{
-    type Output = Result<Response<RespBody>, AttemptError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.inner).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(resp))
-                if matches!(
-                    resp.status(),
-                    http::StatusCode::BAD_GATEWAY | http::StatusCode::SERVICE_UNAVAILABLE
-                ) =>
-            {
-                self.metrics
-                    .upstream_error(&self.replica.name, "unavailable");
-                self.answer_failed();
-                Poll::Ready(Err(AttemptError::Unavailable {
-                    replica: self.replica.id,
-                    name: self.replica.name.clone(),
-                    status: resp.status(),
-                    response: Box::new(std::sync::Mutex::new(resp)),
-                }))
-            }
-            // Judged when its body ends (`forward::respond`): a stream that breaks midway
-            // is a failed answer, not a good one, and another 5xx counts against the replica
-            // unless its body blames the request (passed on as it came: not tried again).
-            Poll::Ready(Ok(resp)) => Poll::Ready(Ok(resp)),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(self.failed(e))),
+    /// The replica's 5xx answer, tried again elsewhere: nothing of it has reached the client.
+    fn unavailable(&self, resp: Response<RespBody>) -> AttemptError {
+        AttemptError::Unavailable {
+            replica: self.replica.id,
+            name: self.replica.name.clone(),
+            status: resp.status(),
+            response: Box::new(std::sync::Mutex::new(resp)),
         }
     }
+
+    /// A 5xx other than 502/503: its body is read (at most [`ERROR_BODY_MAX`] bytes, for at
+    /// most [`ERROR_BODY_WAIT`]). Reading it to its end judges the replica (`forward::respond`
+    /// counts the failure unless the body blames the request). An error that blames the request
+    /// is the client's answer; any other is tried again elsewhere. A body longer or slower than
+    /// that is passed on as it comes.
+    async fn judge_server_error(
+        self,
+        resp: Response<RespBody>,
+    ) -> Result<Response<RespBody>, AttemptError> {
+        let (parts, mut body) = resp.into_parts();
+        let mut held = BytesMut::new();
+        let mut trailers = None;
+        let deadline = tokio::time::Instant::now() + ERROR_BODY_WAIT;
+        let ended = loop {
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => break false,
+                // A body that breaks has said all it will.
+                Ok(None) | Ok(Some(Err(_))) => break true,
+                Ok(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        held.extend_from_slice(&data);
+                        if held.len() > ERROR_BODY_MAX {
+                            break false;
+                        }
+                    }
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                },
+            }
+        };
+        let held = held.freeze();
+        if !ended {
+            let first = futures_util::stream::iter([Ok(http_body::Frame::data(held))]);
+            let rest = BodyStream::new(body);
+            let body = StreamBody::new(futures_util::StreamExt::chain(first, rest));
+            return Ok(Response::from_parts(parts, body.boxed_unsync()));
+        }
+        let mut peeked = crate::body::error_peek::Peeked::default();
+        peeked.feed(&held);
+        let answer = Response::from_parts(parts, held_body(held, trailers));
+        if peeked.blames_the_request() {
+            return Ok(answer);
+        }
+        self.metrics
+            .upstream_error(&self.replica.name, "server_error");
+        Err(self.unavailable(answer))
+    }
+}
+
+/// A body read whole, given again.
+fn held_body(data: Bytes, trailers: Option<http::HeaderMap>) -> RespBody {
+    let frames = std::iter::once(http_body::Frame::data(data))
+        .chain(trailers.map(http_body::Frame::trailers))
+        .map(Ok);
+    StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
 }
 
 /// What a failed connect says: `connect` (the replica's host refused or cannot be reached: it is

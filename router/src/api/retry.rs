@@ -1,10 +1,11 @@
 //! Retry within a budget, only where it is safe: a replica that refused the connection was sent
-//! nothing, and one that answered 502 or 503 has computed nothing (an engine that cannot take
-//! the request, or a proxy in front of one that is gone), so the request goes to another replica
-//! (those excluded). Anything else that may have reached a replica is final: a retry could run a
-//! generation twice. The client's first byte is never at stake, because the response head is
-//! only returned once a replica answered, and a 502/503 answer is held back until no other
-//! replica can be tried.
+//! nothing, and one that answered 5xx gave the client nothing (a 502/503: an engine that cannot
+//! take the request, or a proxy in front of one that is gone; another 5xx: an engine that
+//! failed, unless its error blames the request, which is the client's answer), so the request
+//! goes to another replica (those excluded). Anything else that may have reached a replica is
+//! final. No retry ever follows a byte sent to the client: the response head is only returned
+//! once a replica answered, and a 5xx answer is held back until no other replica can be tried
+//! (then it is the client's, as it came).
 //!
 //! tower's [`tower::retry::Retry`] runs the loop; [`RetrySafe`] is the policy. Retries draw on a
 //! budget shared by all requests (tower's [`TpsBudget`]: every request deposits, a retry
@@ -70,7 +71,7 @@ impl<S> Layer<S> for RetryLayer {
     }
 }
 
-/// Retry after a refused connection or a 502/503 answer, at most `attempts` tries in all and
+/// Retry after a refused connection or a 5xx answer that does not blame the request, at most `attempts` tries in all and
 /// while the budget allows. When no replica is left, the refusal or the replica's own answer is
 /// the client's (it says more than "no ready replica").
 #[derive(Clone)]
@@ -86,7 +87,7 @@ pub struct RetrySafe {
 #[derive(Clone)]
 enum Last {
     Refused(ApiError),
-    /// An engine's own 502/503 answer, passed on as it came (shared: policies are `Clone`).
+    /// An engine's own 5xx answer, passed on as it came (shared: policies are `Clone`).
     Answer(Arc<parking_lot::Mutex<Option<Response<RespBody>>>>),
 }
 
@@ -137,14 +138,21 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
                 self.another("refused").then(|| std::future::ready(()))
             }
             Err(AttemptError::Unavailable {
-                replica, response, ..
+                replica,
+                response,
+                status,
+                ..
             }) => {
                 // The replica's own answer, as it came.
                 let answer = std::mem::replace(
                     response.get_mut().unwrap_or_else(|p| p.into_inner()),
                     Response::new(crate::errors::full_body("")),
                 );
-                if !self.another("unavailable") {
+                let reason = match status.as_u16() {
+                    502 | 503 => "unavailable",
+                    _ => "server_error",
+                };
+                if !self.another(reason) {
                     *result = Ok(answer);
                     return None;
                 }
