@@ -215,6 +215,18 @@ impl ApiError {
         )
     }
 
+    pub fn upstream_stalled(replica: &str, after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "upstream_stalled",
+            format!(
+                "Replica `{replica}` showed no progress for {:.1} s and no other replica could take the request.",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
     pub fn body_json(&self) -> String {
         serde_json::json!({
             "error": {

@@ -5,8 +5,8 @@
 
 use super::{Chosen, StageFuture};
 use crate::body::{
-    Accounting, ErrorPeek, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, Peeked, SseError,
-    StallWatch, UsageScan,
+    Accounting, ErrorPeek, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, Peeked, ReadAhead,
+    SseError, StallWatch, UsageScan,
 };
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
@@ -39,6 +39,12 @@ pub enum UpstreamError {
     Connect(std::io::Error),
     #[error("no response headers within {0:?}")]
     Timeout(Duration),
+    /// The replica showed no progress (no answer, no first byte, no token counted by its engine)
+    /// for this long while the request waited for its first byte; nothing had reached the
+    /// client, and the request was taken back (its connection closed, which makes the engine
+    /// drop it).
+    #[error("no progress for {0:?} while the request waited for its first byte")]
+    Stalled(Duration),
     #[error("{0}")]
     Other(hyper::Error),
 }
@@ -48,6 +54,7 @@ impl UpstreamError {
         match self {
             UpstreamError::Connect(_) => "connect",
             UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Stalled(_) => "stalled",
             UpstreamError::Other(_) => "other",
         }
     }
@@ -179,32 +186,101 @@ impl Service<Chosen> for Forward {
             let read = &chosen.request.parsed.read;
             let timeouts = read.ctx.table.config.timeouts;
             let forwarded = Instant::now();
+            let stream = chosen.request.features().stream;
+            let allowance = read
+                .ctx
+                .table
+                .config
+                .health
+                .overdue_after(chosen.routed.decision.predicted_ttft_s);
             // A stream's first byte is what shows the engine working (a hung one may still
             // send the head, and answer its metrics).
-            let owed = chosen
-                .request
-                .features()
-                .stream
-                .then(|| {
-                    let predicted = chosen.routed.decision.predicted_ttft_s;
-                    read.ctx.table.config.health.overdue_after(predicted)
-                })
-                .flatten()
+            let owed = allowance
+                .filter(|_| stream)
                 .map(|allowance| FirstByteOwed::new(replica.clone(), allowance, forwarded));
+            // A request is taken back from a replica that shows no progress for that long:
+            // a stream until its first byte, any other request until its head when the engine
+            // counts its tokens (without that, a long generation shows nothing until it ends).
+            let rescue = allowance.filter(|_| stream || replica.health.counts_work());
             let body = chosen.body.clone().unwrap_or_else(|| read.body.clone());
-            let upstream = match &chosen.prefiller {
-                None => send(&replica, &read.head, body, &timeouts).await?,
+            let sent = match &chosen.prefiller {
+                None => {
+                    until_stalled(
+                        send(&replica, &read.head, body, &timeouts),
+                        &replica,
+                        rescue,
+                        forwarded,
+                    )
+                    .await?
+                }
                 Some(prefiller) => {
                     let mut head = read.head.clone();
                     head.headers.insert(PREFILLER_HEADER, prefiller.clone());
-                    send(&replica, &head, body, &timeouts).await?
+                    until_stalled(
+                        send(&replica, &head, body, &timeouts),
+                        &replica,
+                        rescue,
+                        forwarded,
+                    )
+                    .await?
                 }
             };
+            let (parts, mut pooled) = sent.into_parts();
+            // A stream's head may come at once from an engine that then hangs: its first frame
+            // is waited for too, so that the request can still go elsewhere.
+            let first = match rescue.filter(|_| stream && parts.status.is_success()) {
+                Some(_) => {
+                    let frame = until_stalled(
+                        async { Ok(pooled.frame().await) },
+                        &replica,
+                        rescue,
+                        forwarded,
+                    )
+                    .await?;
+                    match frame {
+                        Some(Ok(frame)) => Some(frame),
+                        // The body's end or error comes again from the body itself.
+                        _ => None,
+                    }
+                }
+                None => None,
+            };
+            let upstream = Response::from_parts(parts, ReadAhead::new(first, pooled));
             let mut resp = respond(upstream, chosen, forwarded, owed, metrics);
             let body = std::mem::take(resp.body_mut());
             *resp.body_mut() = stall_watch.watch(body).boxed_unsync();
             Ok(resp)
         })
+    }
+}
+
+/// `answer`, unless the replica shows no progress ([`Health::last_progress`]) for a whole
+/// `allowance` while it is awaited (counted from `sent`, then from each sign of progress):
+/// then [`UpstreamError::Stalled`], and `answer` is dropped (its connection with it).
+///
+/// [`Health::last_progress`]: crate::state::health::Health::last_progress
+async fn until_stalled<T>(
+    answer: impl std::future::Future<Output = Result<T, UpstreamError>>,
+    replica: &ReplicaState,
+    allowance: Option<Duration>,
+    sent: Instant,
+) -> Result<T, UpstreamError> {
+    let Some(allowance) = allowance else {
+        return answer.await;
+    };
+    tokio::pin!(answer);
+    let mut since = sent;
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut answer => return r,
+            _ = tokio::time::sleep_until((since + allowance).into()) => {
+                match replica.health.last_progress() {
+                    Some(p) if p > since => since = p,
+                    _ => return Err(UpstreamError::Stalled(allowance)),
+                }
+            }
+        }
     }
 }
 
@@ -220,7 +296,7 @@ fn body_error_kind(e: &BodyError) -> &'static str {
 /// Turn the replica's response into the client's: hop-by-hop headers out, ours in, the body
 /// wrapped for its idle timeout, first chunk and accounting.
 fn respond(
-    upstream: Response<PooledBody>,
+    upstream: Response<ReadAhead<PooledBody>>,
     chosen: Chosen,
     forwarded: Instant,
     owed: Option<FirstByteOwed>,

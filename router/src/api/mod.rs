@@ -171,6 +171,10 @@ pub enum AttemptError {
         /// only ever taken whole.
         response: Box<std::sync::Mutex<Response<RespBody>>>,
     },
+    /// The replica showed no progress while the request waited for its first byte, and the
+    /// request was taken back: nothing has reached the client, another may be tried.
+    #[error("{error}")]
+    Stalled { replica: ReplicaId, error: ApiError },
     /// Anything else: final.
     #[error("{0}")]
     Failed(ApiError),
@@ -181,6 +185,7 @@ impl AttemptError {
         match self {
             AttemptError::NoReplica(e)
             | AttemptError::Refused { error: e, .. }
+            | AttemptError::Stalled { error: e, .. }
             | AttemptError::Failed(e) => e,
             AttemptError::Unavailable { name, status, .. } => {
                 ApiError::upstream_unavailable(&name, status)

@@ -165,6 +165,17 @@ impl Observed {
                 );
                 AttemptError::Failed(ApiError::upstream_timeout(&replica.name))
             }
+            (UpstreamError::Stalled(after), _) => {
+                self.request
+                    .ctx()
+                    .table
+                    .answer_stalled(&self.replica, &self.request.features().model);
+                tracing::warn!(replica = %replica.name, ?after, "a request waited for its first byte with no progress from its replica; tried elsewhere");
+                AttemptError::Stalled {
+                    replica: replica.id,
+                    error: ApiError::upstream_stalled(&replica.name, after),
+                }
+            }
             (UpstreamError::Other(err), _) => {
                 self.answer_failed();
                 AttemptError::Failed(ApiError::upstream_failed(&replica.name, err))

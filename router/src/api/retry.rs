@@ -2,7 +2,9 @@
 //! nothing, and one that answered 5xx gave the client nothing (a 502/503: an engine that cannot
 //! take the request, or a proxy in front of one that is gone; another 5xx: an engine that
 //! failed, unless its error blames the request, which is the client's answer), so the request
-//! goes to another replica (those excluded). Anything else that may have reached a replica is
+//! goes to another replica (those excluded), as does a request taken back from a replica that
+//! showed no progress while it waited for its first byte (`forward`'s rescue: its connection
+//! is closed, so the engine drops it). Anything else that may have reached a replica is
 //! final. No retry ever follows a byte sent to the client: the response head is only returned
 //! once a replica answered, and a 5xx answer is held back until no other replica can be tried
 //! (then it is the client's, as it came).
@@ -136,6 +138,11 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
                 attempt.exclude.push(*replica);
                 self.last = Some(Last::Refused(error.clone()));
                 self.another("refused").then(|| std::future::ready(()))
+            }
+            Err(AttemptError::Stalled { replica, error }) => {
+                attempt.exclude.push(*replica);
+                self.last = Some(Last::Refused(error.clone()));
+                self.another("stalled").then(|| std::future::ready(()))
             }
             Err(AttemptError::Unavailable {
                 replica,

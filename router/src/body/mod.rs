@@ -3,7 +3,7 @@
 //! silence, the end, or a drop before the end (the client went away).
 //!
 //! The API stack composes them around the replica's body (`crate::api::forward`):
-//! `Accounting<FirstChunk<UsageScan<ErrorPeek<IdleTimeout<PooledBody>>>>>`, innermost first: the
+//! `Accounting<FirstChunk<UsageScan<ErrorPeek<IdleTimeout<ReadAhead<PooledBody>>>>>>`, innermost first: the
 //! pooled connection is handed back at the end, a silent replica is cut, an error answer's first
 //! bytes are kept to tell whose fault it was, the output tokens are counted for flow control,
 //! the first chunk times TTFT, and the end (or drop) settles the request's metrics, in-flight
@@ -15,6 +15,7 @@ mod accounting;
 pub mod error_peek;
 mod first_chunk;
 mod idle;
+mod read_ahead;
 mod sse_error;
 mod stall;
 pub mod usage;
@@ -23,6 +24,7 @@ pub use accounting::{Accounting, Outcome};
 pub use error_peek::{ErrorPeek, Peeked};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
+pub use read_ahead::ReadAhead;
 pub use sse_error::SseError;
 pub use stall::{StallWatch, Watched};
 pub use usage::UsageScan;

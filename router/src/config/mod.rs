@@ -555,8 +555,12 @@ pub struct HealthConfig {
     /// has answered this many since it was last ejected.
     pub failure_window: u32,
     /// A replica owing a stream's first byte for longer than this many times that request's
-    /// predicted TTFT (and at least `overdue_min_ms`), with no first byte from it meanwhile, is
-    /// passed over while another replica can serve; its first byte ends that. 0 turns this off.
+    /// predicted TTFT (and at least `overdue_min_ms`), with no progress from it meanwhile (no
+    /// first byte or answer, no token counted by its engine's metrics), is passed over while
+    /// another replica can serve; its progress ends that. A request that waited that long with
+    /// no progress from its replica (a stream until its first byte; any request until its head
+    /// when the engine's metrics count tokens) is taken back, nothing of it having reached the
+    /// client, and tried on another replica, and the replica is ejected. 0 turns this off.
     pub overdue_factor: f64,
     pub overdue_min_ms: u64,
     /// Active checks: a GET of this path on each replica's serving port every
@@ -576,7 +580,7 @@ impl Default for HealthConfig {
             failure_percent: 50,
             failure_window: 20,
             overdue_factor: 10.0,
-            overdue_min_ms: 5_000,
+            overdue_min_ms: 1_000,
             active_path: None,
             active_interval_ms: 1_000,
         }

@@ -287,7 +287,7 @@ impl Metrics {
         let retries = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "retries",
-            "Requests tried again on another replica, by reason (refused, unavailable: a 502/503 answer, server_error: another 5xx that does not blame the request), and retries the retry budget refused (budget_exhausted)",
+            "Requests tried again on another replica, by reason (refused, unavailable: a 502/503 answer, server_error: another 5xx that does not blame the request, stalled: taken back from a replica showing no progress), and retries the retry budget refused (budget_exhausted)",
             retries.clone(),
         );
         let kv_mode = Family::<ReplicaLabels, Gauge>::default();

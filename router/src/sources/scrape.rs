@@ -71,34 +71,7 @@ pub fn parse_engine_load(text: &str, engine: Engine) -> Option<EngineLoad> {
     let mut running = None::<f64>;
     let mut waiting = None::<f64>;
     let mut kv = None::<f64>;
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .unwrap_or(line.len());
-        let name = &line[..name_end];
-        let rest = &line[name_end..];
-        let rest = match rest.strip_prefix('{') {
-            // Label values may contain `}` inside quotes; find the closing brace outside quotes.
-            Some(labels) => match closing_brace(labels) {
-                Some(end) => &labels[end + 1..],
-                None => continue,
-            },
-            None => rest,
-        };
-        let Some(value) = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        if !value.is_finite() {
-            continue;
-        }
+    for (name, value) in samples(text) {
         if running_names.contains(&name) {
             *running.get_or_insert(0.0) += value;
         } else if waiting_names.contains(&name) {
@@ -114,6 +87,50 @@ pub fn parse_engine_load(text: &str, engine: Engine) -> Option<EngineLoad> {
         running: running.unwrap_or(0.0),
         waiting: waiting.unwrap_or(0.0),
         kv_cache_usage: kv.unwrap_or(0.0).clamp(0.0, 1.0),
+    })
+}
+
+/// Counters of the tokens an engine has processed (prompt and generated): while they grow the
+/// engine is working, answered or not.
+fn work_series(engine: Engine) -> &'static [&'static str] {
+    match engine {
+        Engine::Vllm => &["vllm:prompt_tokens_total", "vllm:generation_tokens_total"],
+        Engine::Sglang => &[
+            "sglang:prompt_tokens_total",
+            "sglang:generation_tokens_total",
+        ],
+    }
+}
+
+/// The engine's tokens processed so far (every label set summed), when its page counts them.
+pub fn parse_work_total(text: &str, engine: Engine) -> Option<f64> {
+    let names = work_series(engine);
+    samples(text)
+        .filter(|(name, _)| names.contains(name))
+        .map(|(_, v)| v)
+        .reduce(|a, b| a + b)
+}
+
+/// Every finite sample of a Prometheus text page, as (series name, value); comments and lines
+/// that do not parse are skipped.
+fn samples(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    text.lines().filter_map(|line| {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        let name_end = line
+            .find(|c: char| c == '{' || c.is_whitespace())
+            .unwrap_or(line.len());
+        let name = &line[..name_end];
+        let rest = &line[name_end..];
+        let rest = match rest.strip_prefix('{') {
+            // Label values may contain `}` inside quotes; find the closing brace outside quotes.
+            Some(labels) => &labels[closing_brace(labels)? + 1..],
+            None => rest,
+        };
+        let value = rest.split_whitespace().next()?.parse::<f64>().ok()?;
+        value.is_finite().then_some((name, value))
     })
 }
 
@@ -281,6 +298,9 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                 Ok(text) => {
                     replica.health.on_scrape_ok();
                     replica.set_engine_load(parse_engine_load(&text, target.engine), now);
+                    replica
+                        .health
+                        .on_engine_work(parse_work_total(&text, target.engine), now);
                     if let Some(capacity) = parse_kv_capacity(&text) {
                         replica.set_kv_capacity_tokens(capacity);
                     }
@@ -329,6 +349,18 @@ vllm:num_requests_running_total 99
         assert_eq!(load.running, 5.0);
         assert_eq!(load.waiting, 7.0);
         assert_eq!(load.kv_cache_usage, 0.5);
+    }
+
+    #[test]
+    fn work_counters_sum_prompt_and_generated_tokens() {
+        let page = "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{engine=\"0\"} 100.0\nvllm:prompt_tokens_total{engine=\"1\"} 20.0\nvllm:generation_tokens_total{engine=\"0\"} 7\nvllm:num_requests_running 1\n";
+        assert_eq!(parse_work_total(page, Engine::Vllm), Some(127.0));
+        assert_eq!(parse_work_total(page, Engine::Sglang), None);
+        assert_eq!(
+            parse_work_total("sglang:generation_tokens_total 5\n", Engine::Sglang),
+            Some(5.0)
+        );
+        assert_eq!(parse_work_total(VLLM, Engine::Vllm), None);
     }
 
     #[test]

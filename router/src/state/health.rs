@@ -7,8 +7,10 @@
 //! endpoint).
 //!
 //! A replica that owes first bytes of streams for far longer than their predicted TTFT, with
-//! no first byte from it meanwhile (a hung engine still answering its metrics), is *stalled*:
-//! passed over while another replica can serve, until a first byte comes back.
+//! no progress meanwhile (no first byte, and no token counted by its engine's metrics: a hung
+//! engine still answering its metrics), is *stalled*: passed over while another replica can
+//! serve, until it shows progress again. A request waiting there that long is taken back and
+//! tried elsewhere when nothing of it has reached its client (`api::forward`).
 //!
 //! A request that times out (no head in time, or a stream gone silent) while its replica went
 //! on answering others is the request's own doing, a generation longer than the timeout or a
@@ -57,6 +59,10 @@ struct HealthInner {
     stall_reported: bool,
     /// When it last finished an answer or sent a stream's first byte: alive then.
     answered_at: Option<Instant>,
+    /// The tokens its engine says it has processed (prompt and generated, from its metrics),
+    /// and when that count last grew: working then, whether or not anything was answered.
+    work_total: Option<f64>,
+    worked_at: Option<Instant>,
 }
 
 impl Health {
@@ -113,6 +119,26 @@ impl Health {
         Some(eject(&mut h, config, now))
     }
 
+    /// A request was taken back after waiting a whole allowance with no progress from the
+    /// replica (`api::forward`): the clearest sign of a hung engine there is, so it is ejected
+    /// at once (when `may_eject` allows: not half its pool out already), for the usual
+    /// doubling backoff, after which a request tries it again. Returns the backoff when it did.
+    pub fn on_stalled(
+        &self,
+        config: &HealthConfig,
+        now: Instant,
+        may_eject: impl FnOnce() -> bool,
+    ) -> Option<Duration> {
+        if !may_eject() {
+            return None;
+        }
+        let mut h = self.inner.lock();
+        if h.ejected_until.is_some_and(|t| t > now) {
+            return None;
+        }
+        Some(eject(&mut h, config, now))
+    }
+
     /// Whether the replica owes a stream's first byte and has shown no progress for longer
     /// than it was allowed. Logs the first sighting of each stall.
     pub fn is_stalled(&self, now: Instant, name: &str) -> bool {
@@ -133,6 +159,35 @@ impl Health {
     /// doing.
     pub fn answered_since(&self, t: Instant) -> bool {
         self.inner.lock().answered_at.is_some_and(|a| a > t)
+    }
+
+    /// When the replica last showed progress: an answer or first byte, or its engine counting
+    /// more tokens processed.
+    pub fn last_progress(&self) -> Option<Instant> {
+        let h = self.inner.lock();
+        h.answered_at.max(h.worked_at)
+    }
+
+    /// Whether its engine's metrics count the tokens it processes: then a long answer's
+    /// progress shows before the answer does.
+    pub fn counts_work(&self) -> bool {
+        self.inner.lock().work_total.is_some()
+    }
+
+    /// A scrape read the engine's count of tokens processed (`None`: its page has none). A
+    /// count that grew is progress; a restarted engine's smaller count is only remembered.
+    pub fn on_engine_work(&self, total: Option<f64>, now: Instant) {
+        let mut h = self.inner.lock();
+        if let (Some(before), Some(now_total)) = (h.work_total, total) {
+            if now_total > before {
+                h.worked_at = Some(now);
+                if h.owed > 0 {
+                    h.progress_at = Some(now);
+                    h.stall_reported = false;
+                }
+            }
+        }
+        h.work_total = total;
     }
 
     /// A request reached the replica.

@@ -196,7 +196,30 @@ impl Table {
     /// upstream outage cannot eject the whole fleet. Also for answers that break after their head
     /// (a reset or a silent stream).
     pub fn answer_failed(&self, replica: &ReplicaState, model: &str) {
-        let may_eject = || {
+        if let Some(backoff) = replica.health.on_failure(
+            &self.config.health,
+            Instant::now(),
+            self.may_eject_one(model),
+        ) {
+            tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
+        }
+    }
+
+    /// A request to `replica` was taken back after it showed no progress for a whole allowance
+    /// (see [`Health::on_stalled`](crate::state::health::Health::on_stalled)).
+    pub fn answer_stalled(&self, replica: &ReplicaState, model: &str) {
+        if let Some(backoff) = replica.health.on_stalled(
+            &self.config.health,
+            Instant::now(),
+            self.may_eject_one(model),
+        ) {
+            tracing::warn!(replica = %replica.name, ?backoff, "replica shows no progress; ejected");
+        }
+    }
+
+    /// Whether one more of `model`'s replicas may be ejected: at most half of them are out.
+    fn may_eject_one<'a>(&'a self, model: &'a str) -> impl FnOnce() -> bool + 'a {
+        move || {
             let now = Instant::now();
             self.candidates(model).is_some_and(|all| {
                 let out = all
@@ -205,13 +228,6 @@ impl Table {
                     .count();
                 2 * (out + 1) <= all.len()
             })
-        };
-        if let Some(backoff) =
-            replica
-                .health
-                .on_failure(&self.config.health, Instant::now(), may_eject)
-        {
-            tracing::warn!(replica = %replica.name, ?backoff, "replica failing its answers; ejected");
         }
     }
 

@@ -583,7 +583,7 @@ fn leg_error(
             index.lock().remove_replica(replica.id);
             LegFailure::new("connect", true, format!("{}: {err}", replica.name))
         }
-        UpstreamError::Timeout(d) => LegFailure::new(
+        UpstreamError::Timeout(d) | UpstreamError::Stalled(d) => LegFailure::new(
             "timeout",
             false,
             format!("{}: no answer within {d:?}", replica.name),
