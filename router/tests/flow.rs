@@ -497,3 +497,77 @@ async fn queued_work_over_its_share_waits_for_pending_prefills() {
     );
     s.stop().await;
 }
+
+/// Issue 34's burst: 600 requests at once at one slow replica (a batch of 16, each request
+/// about a third of a second), flow control on with nothing configured but the queue's TTL.
+/// The router learns the engine's batch and holds the rest in its own queue, where each
+/// waits at most its TTL and is then answered 429 `ttl-expired`; those it let through run in
+/// the engine's batch instead of queueing there. So no request is left unanswered past the
+/// TTL plus one engine service time (and a margin for this machine). Without the learned
+/// bound (`learn_inflight_requests: false`) the burst goes to the engine at once, which cannot
+/// even take all its connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_time() {
+    const TTL: Duration = Duration::from_secs(2);
+    let s = Setup::new(
+        &[
+            "--max-num-seqs",
+            "16",
+            "--decode-base-ms",
+            "30",
+            "--decode-per-seq-ms",
+            "0",
+        ],
+        "flow:\n  enabled: true\n  queue: { ttl_ms: 2000 }\n",
+    )
+    .await;
+    // A few scrapes: the engine has reported its (idle) load before the burst.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let addr = s.router.addr;
+    let start = Instant::now();
+    let sends: Vec<_> = (0..600u64)
+        .map(|i| {
+            tokio::spawn(async move {
+                let r = send(
+                    addr,
+                    "POST",
+                    "/v1/completions",
+                    &[],
+                    completion(&format!("burst {i}"), 10),
+                )
+                .await;
+                (r, start.elapsed())
+            })
+        })
+        .collect();
+    let (mut served, mut expired, mut latest) = (0, 0, Duration::ZERO);
+    for task in sends {
+        let (r, took) = task.await.unwrap();
+        let r = r.expect("every request is answered");
+        latest = latest.max(took);
+        match r.status {
+            200 => served += 1,
+            429 => {
+                assert_eq!(
+                    r.header("x-warmpath-dropped-reason"),
+                    Some("ttl-expired"),
+                    "{}",
+                    r.body
+                );
+                expired += 1;
+            }
+            other => panic!("{other}: {}", r.body),
+        }
+    }
+    // One service time: 10 tokens at 30 ms a step, about 0.35 s with the prefill.
+    assert!(
+        latest <= TTL + Duration::from_millis(1500),
+        "the last answer came {latest:?} after the burst ({served} served, {expired} expired)"
+    );
+    assert!(served >= 16, "{served} served");
+    assert!(expired > 0, "the burst was all served in time? {served}");
+    let m = router_metrics(s.router.admin_addr).await;
+    let limit = metric(&m, "warmpath_replica_inflight_limit", &[("replica", "r0")]);
+    assert!((1.0..=24.0).contains(&limit), "learned bound {limit}: {m}");
+    s.stop().await;
+}

@@ -180,6 +180,11 @@ fn refresh_gauges(state: &AdminState) {
         m.inflight
             .get_or_create(&labels)
             .set(r.inflight_requests() as i64);
+        if let Some(limit) = r.learned_inflight_limit() {
+            m.inflight_limit
+                .get_or_create(&labels)
+                .set(i64::from(limit));
+        }
         m.ready
             .get_or_create(&labels)
             .set((r.health.is_ready(now) && !r.health.is_stalled(now, &r.name)) as i64);

@@ -123,6 +123,12 @@ pub fn choose_among(
     // waits in its engine for a slot (behind none of the fair queue's order) while one is free.
     if let Some(full) = table.config.flow.replica_full_at() {
         keep_if_any(&mut ready, |c| c.replica.inflight_requests() < full);
+    } else if table.config.flow.learns_inflight() {
+        keep_if_any(&mut ready, |c| {
+            c.replica
+                .learned_inflight_limit()
+                .is_none_or(|full| c.replica.inflight_requests() < full)
+        });
     }
     // Work of a tenant at or over its share goes where fewer prompt tokens wait for their
     // prefill than the bound: admission bounds the pool's total, and two of a backlog's

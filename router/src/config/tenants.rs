@@ -302,6 +302,16 @@ pub struct SaturationConfig {
     /// its engine step only with backlog prefills dispatched before it. The backlog waits about
     /// one prefill per light request, and not at all while no light tenant is sending.
     pub light_prefill_first: bool,
+    /// Without `max_inflight_requests`, learn each replica's bound from its engine (the
+    /// engine's batch: the requests it runs when its own queue is not empty), starting at
+    /// `learned_inflight_initial` and growing while the bound holds back work the engine does
+    /// not queue, at most `learned_inflight_max`. The router's own count against it holds
+    /// between scrapes, so a burst waits in the router (in fair order, answered by its TTL)
+    /// rather than in the engine's queue. Replicas whose metrics say nothing of their load are
+    /// not bound by it.
+    pub learn_inflight_requests: bool,
+    pub learned_inflight_initial: u32,
+    pub learned_inflight_max: u32,
     /// Prompt and expected output tokens the router has in flight to one replica.
     pub max_inflight_tokens: Option<u64>,
     /// The engine's own queue (`vllm:num_requests_waiting`), from the last scrape.
@@ -320,6 +330,9 @@ impl Default for SaturationConfig {
             headroom_requests: 0,
             max_pending_prefill_tokens: None,
             light_prefill_first: false,
+            learn_inflight_requests: true,
+            learned_inflight_initial: 8,
+            learned_inflight_max: 1024,
             max_inflight_tokens: None,
             // llm-d's saturation detector's defaults.
             max_waiting_requests: Some(5.0),
@@ -347,6 +360,14 @@ impl FlowConfig {
             .flatten()
     }
 
+    /// Whether replicas' in-flight bounds are learned from their engines (flow control on,
+    /// no configured bound).
+    pub fn learns_inflight(&self) -> bool {
+        self.enabled
+            && self.saturation.max_inflight_requests.is_none()
+            && self.saturation.learn_inflight_requests
+    }
+
     pub(super) fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
         let flow = |e: warmpath_flow::ConfigError, section: &'static str| {
             let field = e.field().into_iter().fold(at.key(section), |p, k| p.key(k));
@@ -367,6 +388,18 @@ impl FlowConfig {
         let sat = at.key("saturation");
         if s.max_inflight_requests == Some(0) {
             return Err((sat.key("max_inflight_requests"), "must be >= 1".to_owned()));
+        }
+        if s.learned_inflight_initial == 0 {
+            return Err((
+                sat.key("learned_inflight_initial"),
+                "must be >= 1".to_owned(),
+            ));
+        }
+        if s.learned_inflight_max < s.learned_inflight_initial {
+            return Err((
+                sat.key("learned_inflight_max"),
+                "must be >= learned_inflight_initial".to_owned(),
+            ));
         }
         if s.max_pending_prefill_tokens == Some(0) {
             return Err((

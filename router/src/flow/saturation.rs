@@ -3,8 +3,9 @@
 //!
 //! Saturated means no ready replica can take more without queueing inside its engine:
 //! - the router's own count of requests (or tokens) it has admitted for the model has reached
-//!   the bound per replica times the ready replicas (exact and instant: the admission itself
-//!   counts, so a burst cannot slip through between two scrapes), or
+//!   the bound per replica times the ready replicas, or the sum of the bounds learned from
+//!   their engines ([`learn_limit`]) (exact and instant: the admission itself counts, so a
+//!   burst cannot slip through between two scrapes), or
 //! - every ready replica is past one of its own bounds: the router's in-flight requests or
 //!   tokens to it, or its engine's reported queue or KV use; an engine whose load series have
 //!   gone stale counts as past them (unknown load is not spare capacity), one that never
@@ -70,6 +71,16 @@ pub fn saturated(
     {
         return true;
     }
+    // Learned bounds, summed over the ready replicas when every one has one (one that cannot
+    // say its load is not bounded, so neither is the pool).
+    if bounds.max_inflight_requests.is_none() && bounds.learn_inflight_requests {
+        let total: Option<u64> = ready()
+            .map(|r| r.learned_inflight_limit().map(u64::from))
+            .sum();
+        if total.is_some_and(|total| u64::from(admitted.requests) >= total) {
+            return true;
+        }
+    }
     if bounds
         .max_inflight_tokens
         .is_some_and(|max| admitted.tokens >= max.saturating_mul(n))
@@ -79,6 +90,64 @@ pub fn saturated(
     ready().all(|r| replica_saturated(r, bounds, stale_after, now))
 }
 
+/// A replica's in-flight bound: the configured one, else the one learned from its engine when
+/// learning is on (`None`: unbounded).
+pub fn inflight_limit(r: &ReplicaState, bounds: &SaturationConfig) -> Option<u32> {
+    bounds.max_inflight_requests.or_else(|| {
+        bounds
+            .learn_inflight_requests
+            .then(|| r.learned_inflight_limit())
+            .flatten()
+    })
+}
+
+/// The next learned in-flight bound of a replica and the engine's batch as last seen full,
+/// from `limit` and `ceiling` (0: none yet) and one scrape of its engine's `load` while the
+/// router had `inflight` requests there. Like a congestion window:
+/// - the engine queues: its batch is full at what it runs, and this router's part of it (its
+///   share of the engine's requests: several routers may send there) becomes the bound and
+///   the ceiling;
+/// - the bound held work back (the router is at it) and the engine queues nothing: it grows,
+///   doubling while no batch has been seen full and up to the ceiling (the batch it had), then
+///   by a sixteenth (probing for more);
+/// - otherwise it stays.
+///
+/// Always within 1 and `learned_inflight_max`; a first scrape starts at
+/// `learned_inflight_initial`.
+pub fn learn_limit(
+    limit: u32,
+    ceiling: u32,
+    load: &warmpath_routing::scheduler::EngineLoad,
+    inflight: u32,
+    bounds: &SaturationConfig,
+) -> (u32, u32) {
+    let max = bounds.learned_inflight_max.max(1);
+    let limit = if limit == 0 {
+        bounds.learned_inflight_initial
+    } else {
+        limit
+    };
+    if load.waiting >= 1.0 {
+        // This router's part of the batch, when other routers send there too: its share of
+        // the engine's requests (at most all of them; some of its own may still be on the
+        // wire).
+        let share = (f64::from(inflight) / (load.running + load.waiting)).min(1.0);
+        let batch = ((load.running * share).round() as u32).clamp(1, max);
+        return (batch, batch);
+    }
+    if inflight >= limit {
+        let grown = if ceiling == 0 {
+            limit.saturating_mul(2)
+        } else if limit < ceiling {
+            limit.saturating_mul(2).min(ceiling)
+        } else {
+            limit.saturating_add((limit / 16).max(1))
+        };
+        return (grown.clamp(1, max), ceiling);
+    }
+    (limit.clamp(1, max), ceiling)
+}
+
 /// Whether one replica is past any of its bounds.
 pub fn replica_saturated(
     r: &ReplicaState,
@@ -86,10 +155,7 @@ pub fn replica_saturated(
     stale_after: Duration,
     now: Instant,
 ) -> bool {
-    if bounds
-        .max_inflight_requests
-        .is_some_and(|max| r.inflight_requests() >= max)
-    {
+    if inflight_limit(r, bounds).is_some_and(|max| r.inflight_requests() >= max) {
         return true;
     }
     if bounds

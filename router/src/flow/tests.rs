@@ -2,7 +2,8 @@
 //! pure rules that put tenants under their share ahead of a backlog.
 
 use super::saturation::{
-    every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, Admitted,
+    every_replica_prefilling, learn_limit, prefill_gated, saturated, under_share, with_headroom,
+    Admitted,
 };
 use crate::api::admission::Placement;
 use crate::config::{Config, SaturationConfig};
@@ -88,6 +89,9 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
         max_waiting_requests: None,
         max_kv_usage: None,
         stale_metrics_saturate: true,
+        learn_inflight_requests: true,
+        learned_inflight_initial: 8,
+        learned_inflight_max: 1024,
     };
     let now = Instant::now();
     let admitted = |requests, tokens| Admitted { requests, tokens };
@@ -221,4 +225,115 @@ fn light_requests_ask_for_the_least_prefill_and_others_for_the_bound() {
     flow.saturation.max_pending_prefill_tokens = Some(512);
     assert_eq!(super::placement(&flow, false), Placement::PrefillBelow(512));
     assert_eq!(super::placement(&flow, true), Placement::LeastPrefill);
+}
+
+fn engine(running: f64, waiting: f64) -> EngineLoad {
+    EngineLoad {
+        running,
+        waiting,
+        kv_cache_usage: 0.1,
+    }
+}
+
+#[test]
+fn the_learned_bound_starts_small_grows_while_it_binds_and_falls_to_a_full_batch() {
+    let bounds = SaturationConfig::default();
+    // First scrape: the initial bound, whatever the engine does.
+    assert_eq!(learn_limit(0, 0, &engine(0.0, 0.0), 0, &bounds), (8, 0));
+    // Not binding (the router sends less than the bound): it stays.
+    assert_eq!(learn_limit(8, 0, &engine(3.0, 0.0), 3, &bounds), (8, 0));
+    // Binding, the engine queues nothing: it doubles (no batch seen full yet).
+    assert_eq!(learn_limit(8, 0, &engine(8.0, 0.0), 8, &bounds), (16, 0));
+    // The engine queues: its batch is what it runs, and that is the bound.
+    assert_eq!(
+        learn_limit(64, 0, &engine(48.0, 3.0), 64, &bounds),
+        (48, 48)
+    );
+    // Another router sends two thirds of the engine's requests: this one's part is a third.
+    assert_eq!(
+        learn_limit(64, 0, &engine(48.0, 12.0), 20, &bounds),
+        (16, 16)
+    );
+    // Below that batch it doubles back up to it, then probes by a sixteenth.
+    assert_eq!(
+        learn_limit(20, 48, &engine(20.0, 0.0), 20, &bounds),
+        (40, 48)
+    );
+    assert_eq!(
+        learn_limit(40, 48, &engine(40.0, 0.0), 40, &bounds),
+        (48, 48)
+    );
+    assert_eq!(
+        learn_limit(48, 48, &engine(48.0, 0.0), 48, &bounds),
+        (51, 48)
+    );
+    // Within 1 and the maximum.
+    assert_eq!(learn_limit(5, 5, &engine(0.0, 2.0), 5, &bounds), (1, 1));
+    assert_eq!(learn_limit(5, 5, &engine(3.0, 2.0), 0, &bounds), (1, 1));
+    let capped = SaturationConfig {
+        learned_inflight_max: 50,
+        ..bounds.clone()
+    };
+    assert_eq!(
+        learn_limit(48, 48, &engine(48.0, 0.0), 48, &capped),
+        (50, 48)
+    );
+    assert_eq!(
+        learn_limit(48, 0, &engine(400.0, 9.0), 409, &capped),
+        (50, 50)
+    );
+}
+
+#[test]
+fn learned_bounds_saturate_the_pool_by_the_routers_own_count() {
+    let (table, reg) = table();
+    let c = table.candidates("m").unwrap();
+    let bounds = SaturationConfig {
+        max_waiting_requests: None,
+        max_kv_usage: None,
+        ..SaturationConfig::default()
+    };
+    let now = Instant::now();
+    let (r0, r1) = (reg.get("r0").unwrap(), reg.get("r1").unwrap());
+    let admitted = |requests| Admitted {
+        requests,
+        tokens: 0,
+    };
+    assert!(
+        !saturated(c, &bounds, admitted(1000), STALE, now),
+        "nothing learned yet: no bound"
+    );
+    r0.learn_inflight_limit(&engine(0.0, 0.0), &bounds);
+    assert!(
+        !saturated(c, &bounds, admitted(1000), STALE, now),
+        "r1 has no bound, so the pool has none"
+    );
+    // r1's engine queues with the router's 6 requests all it holds: its batch of 4 is the bound.
+    let _sent: Vec<_> = (0..6)
+        .map(|_| InflightGuard::new(r1.clone(), 1, 1))
+        .collect();
+    r1.learn_inflight_limit(&engine(4.0, 2.0), &bounds);
+    drop(_sent);
+    assert_eq!(
+        (r0.learned_inflight_limit(), r1.learned_inflight_limit()),
+        (Some(8), Some(4))
+    );
+    assert!(!saturated(c, &bounds, admitted(11), STALE, now));
+    assert!(saturated(c, &bounds, admitted(12), STALE, now), "8 + 4");
+    // A configured bound replaces what was learned.
+    let fixed = SaturationConfig {
+        max_inflight_requests: Some(100),
+        ..bounds.clone()
+    };
+    assert!(!saturated(c, &fixed, admitted(12), STALE, now));
+    // Per replica: r1 at its learned bound by its own count is past it.
+    let _held: Vec<_> = (0..4)
+        .map(|_| InflightGuard::new(r1.clone(), 1, 1))
+        .collect();
+    assert!(super::saturation::replica_saturated(
+        &r1, &bounds, STALE, now
+    ));
+    assert!(!super::saturation::replica_saturated(
+        &r0, &bounds, STALE, now
+    ));
 }

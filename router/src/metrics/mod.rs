@@ -57,6 +57,7 @@ pub struct Metrics {
     pub index_entries: Gauge,
     pub index_evictions: Gauge,
     pub inflight: Family<ReplicaLabels, Gauge>,
+    pub inflight_limit: Family<ReplicaLabels, Gauge>,
     pub ready: Family<ReplicaLabels, Gauge>,
     pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub scrapes: Family<ResultLabels, Counter>,
@@ -205,6 +206,12 @@ impl Metrics {
             "Requests this router has in flight per replica",
             inflight.clone(),
         );
+        let inflight_limit = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "replica_inflight_limit",
+            "The in-flight bound learned from the replica's engine (flow.saturation.learn_inflight_requests; its batch when it queues); absent until learned",
+            inflight_limit.clone(),
+        );
         let ready = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "replica_ready",
@@ -350,6 +357,7 @@ impl Metrics {
             index_entries,
             index_evictions,
             inflight,
+            inflight_limit,
             ready,
             prefill_per_token,
             scrapes,
@@ -400,6 +408,7 @@ impl Metrics {
             replica: name.to_owned(),
         };
         self.inflight.remove(&l);
+        self.inflight_limit.remove(&l);
         self.ready.remove(&l);
         self.prefill_per_token.remove(&l);
         self.kv_mode.remove(&l);

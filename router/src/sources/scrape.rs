@@ -246,6 +246,11 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
         let timeouts = table.config.timeouts;
         let active = table.config.health.active_path.clone();
         let active_every = Duration::from_millis(table.config.health.active_interval_ms);
+        let learn = table
+            .config
+            .flow
+            .learns_inflight()
+            .then(|| table.config.flow.saturation.clone());
         drop(table);
         let interval = Duration::from_millis(cfg.interval_ms);
         if client.as_ref().is_some_and(|(t, _)| *t != timeouts) {
@@ -297,7 +302,11 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
             let label = match result {
                 Ok(text) => {
                     replica.health.on_scrape_ok();
-                    replica.set_engine_load(parse_engine_load(&text, target.engine), now);
+                    let load = parse_engine_load(&text, target.engine);
+                    if let (Some(load), Some(bounds)) = (&load, &learn) {
+                        replica.learn_inflight_limit(load, bounds);
+                    }
+                    replica.set_engine_load(load, now);
                     replica
                         .health
                         .on_engine_work(parse_work_total(&text, target.engine), now);

@@ -76,6 +76,10 @@ pub struct ReplicaState {
     /// The `host` header sent with every forwarded request (made once, not per request).
     pub host: http::HeaderValue,
     inflight_requests: AtomicU32,
+    /// The learned in-flight bound (0: none yet) and the engine's batch when it last queued
+    /// (0: never seen), written by the scrape task only.
+    inflight_limit: AtomicU32,
+    inflight_ceiling: AtomicU32,
     inflight_tokens: AtomicU64,
     /// Uncached prompt tokens of in-flight requests that have no first token yet.
     pending_prefill: AtomicU64,
@@ -120,6 +124,8 @@ impl ReplicaState {
             authority,
             host,
             inflight_requests: AtomicU32::new(0),
+            inflight_limit: AtomicU32::new(0),
+            inflight_ceiling: AtomicU32::new(0),
             inflight_tokens: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
             inflight_uncached: AtomicU64::new(0),
@@ -154,6 +160,30 @@ impl ReplicaState {
 
     pub fn inflight_requests(&self) -> u32 {
         self.inflight_requests.load(Ordering::Relaxed)
+    }
+
+    /// The in-flight bound learned from the engine (`flow.saturation.learn_inflight_requests`),
+    /// `None` until its metrics have reported load.
+    pub fn learned_inflight_limit(&self) -> Option<u32> {
+        Some(self.inflight_limit.load(Ordering::Relaxed)).filter(|&l| l > 0)
+    }
+
+    /// One scrape's lesson about the engine's batch ([`crate::flow::saturation::learn_limit`]);
+    /// only the scrape task calls it.
+    pub fn learn_inflight_limit(
+        &self,
+        load: &EngineLoad,
+        bounds: &crate::config::SaturationConfig,
+    ) {
+        let (limit, ceiling) = crate::flow::saturation::learn_limit(
+            self.inflight_limit.load(Ordering::Relaxed),
+            self.inflight_ceiling.load(Ordering::Relaxed),
+            load,
+            self.inflight_requests(),
+            bounds,
+        );
+        self.inflight_limit.store(limit, Ordering::Relaxed);
+        self.inflight_ceiling.store(ceiling, Ordering::Relaxed);
     }
 
     pub fn inflight_tokens(&self) -> u64 {
