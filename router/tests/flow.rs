@@ -524,10 +524,12 @@ async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_
     // A few scrapes: the engine has reported its (idle) load before the burst.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let addr = s.router.addr;
-    let start = Instant::now();
     let sends: Vec<_> = (0..600u64)
         .map(|i| {
             tokio::spawn(async move {
+                // Each request's own wait: on a busy machine the burst itself takes a while
+                // to be sent.
+                let start = Instant::now();
                 let r = send(
                     addr,
                     "POST",
@@ -559,10 +561,12 @@ async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_
             other => panic!("{other}: {}", r.body),
         }
     }
-    // One service time: 10 tokens at 30 ms a step, about 0.35 s with the prefill.
+    // One service time is 10 tokens at 30 ms a step, about 0.35 s with the prefill; the rest
+    // of the margin is for a 2-core machine running other tests beside this one (without the
+    // learned bound the engine's own queue holds the burst for over 10 s).
     assert!(
-        latest <= TTL + Duration::from_millis(1500),
-        "the last answer came {latest:?} after the burst ({served} served, {expired} expired)"
+        latest <= TTL + Duration::from_millis(2500),
+        "a request waited {latest:?} for its answer ({served} served, {expired} expired)"
     );
     assert!(served >= 16, "{served} served");
     assert!(expired > 0, "the burst was all served in time? {served}");
