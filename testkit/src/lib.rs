@@ -198,13 +198,16 @@ impl Recorder {
 }
 
 /// The sum of the Prometheus series named `name` whose labels include every `k="v"` of
-/// `labels` (0 when there is none).
+/// `labels`: 0 when the family is on the page but no series matches (a labelled counter not yet
+/// counted). A family the page does not have at all (no sample, no `# TYPE` line: a renamed or
+/// removed metric) panics, so that no `== 0` assertion passes because the name is wrong; ask
+/// [`has_metric`] where absence is the point.
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' '))
-        })
+    assert!(
+        has_metric(text, name),
+        "no metric {name} on the page (renamed or removed?)"
+    );
+    samples_of(text, name)
         .filter(|l| {
             labels
                 .iter()
@@ -212,6 +215,32 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Whether the page has the family of series `name`: a sample of it, or a `# TYPE` line for it
+/// or for the family it belongs to (`x` for `x_total`, `x_count`, `x_sum`, `x_bucket`).
+pub fn has_metric(text: &str, name: &str) -> bool {
+    let family = ["_total", "_count", "_sum", "_bucket"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    let declared = |n: &str| {
+        text.lines().any(|l| {
+            l.strip_prefix("# TYPE ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|declared| declared == n)
+        })
+    };
+    samples_of(text, name).next().is_some() || declared(name) || declared(family)
+}
+
+/// The sample lines of series `name` (any labels).
+fn samples_of<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(move |l| {
+            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' '))
+        })
 }
 
 /// A [`Recorder`] answer: a prefill engine's one-token answer with the `kv_transfer_params`
@@ -237,7 +266,7 @@ pub fn completion_answer(_: usize) -> (u16, String) {
 
 #[cfg(test)]
 mod tests {
-    use super::metric;
+    use super::{has_metric, metric};
 
     #[test]
     fn metric_sums_matching_series_only() {
@@ -245,6 +274,21 @@ mod tests {
         assert_eq!(metric(text, "x_total", &[("a", "1")]), 7.0);
         assert_eq!(metric(text, "x_total", &[("b", "3")]), 4.0);
         assert_eq!(metric(text, "x_total", &[]), 8.0);
-        assert_eq!(metric(text, "missing", &[]), 0.0);
+        assert_eq!(
+            metric(text, "x_total", &[("a", "9")]),
+            0.0,
+            "no such series yet"
+        );
+    }
+
+    #[test]
+    fn a_declared_family_without_samples_is_zero_and_an_absent_one_is_not() {
+        let text = "# HELP w_retries Retries.\n# TYPE w_retries counter\n# TYPE w_wait histogram\nw_wait_count 2\n";
+        assert_eq!(metric(text, "w_retries_total", &[]), 0.0);
+        assert_eq!(metric(text, "w_wait_sum", &[]), 0.0);
+        assert_eq!(metric(text, "w_wait_count", &[]), 2.0);
+        assert!(!has_metric(text, "w_renamed_total"));
+        let absent = std::panic::catch_unwind(|| metric(text, "w_renamed_total", &[]));
+        assert!(absent.is_err());
     }
 }
