@@ -1,6 +1,8 @@
-//! The controller's settings, read from the environment the Helm chart sets
-//! (`templates/controller-deployment.yaml`); parsing is a pure function of a lookup so that it
-//! is tested without touching the process environment.
+//! The controller's settings: a command line whose every flag falls back to the environment
+//! variable the Helm chart sets (`templates/controller-deployment.yaml`; a flag, e.g. from the
+//! chart's `controller.extraArgs`, wins over its variable), from one table ([`SETTINGS`]) that
+//! gives the flags, their variables, `--help` and the names errors use. Parsing is a pure
+//! function of a lookup so that it is tested without touching the process environment.
 
 use crate::error::Error;
 use std::net::SocketAddr;
@@ -36,6 +38,52 @@ pub struct Config {
     pub boundaries: Boundaries,
 }
 
+/// Every setting: its flag, the environment variable it falls back to, and what it means.
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("watch-namespaces", "WARMPATH_WATCH_NAMESPACES", "Namespaces to watch, comma-separated; empty: every namespace"),
+    ("secret-namespaces", "WARMPATH_SECRET_NAMESPACES", "Namespaces whose Secrets may be read (TenantPolicies' API keys), comma-separated; never cluster-wide"),
+    ("admin-listen", "WARMPATH_ADMIN_LISTEN", "Address of /metrics, /healthz and /readyz [default: 0.0.0.0:9091]"),
+    ("lease-name", "WARMPATH_LEASE_NAME", "The leader-election Lease [default: warmpath-controller]"),
+    ("lease-namespace", "WARMPATH_LEASE_NAMESPACE", "The Lease's namespace (required; the pod's namespace when unset)"),
+    ("pod-namespace", "POD_NAMESPACE", "The pod's namespace (downward API): the Lease's when --lease-namespace is unset"),
+    ("lease-duration-seconds", "WARMPATH_LEASE_DURATION_SECONDS", "How long a lease holds after its last renewal [default: 15]"),
+    ("lease-renew-deadline-seconds", "WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", "How long the leader tries to renew before it gives up [default: 10]"),
+    ("lease-retry-period-seconds", "WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "Time between attempts to acquire or renew [default: 2]"),
+    ("identity", "POD_NAME", "This process's name in the Lease [default: hostname and pid]"),
+    ("replica-networks", "WARMPATH_REPLICA_NETWORKS", "Networks InferenceReplicas may point at (CIDRs, comma-separated), as the routers have them"),
+    ("replica-hostnames", "WARMPATH_REPLICA_HOSTNAMES", "Whether replicas may be DNS names (true or false), as the routers have it"),
+    ("share-models-with", "WARMPATH_SHARE_MODELS_WITH", "Namespaces that may serve a model another namespace claimed first, as the routers have them"),
+    ("tokenizer-root", "WARMPATH_TOKENIZER_ROOT", "Where pools' tokenizers and templates must resolve, as the routers have it"),
+    ("max-tenant-priority", "WARMPATH_MAX_TENANT_PRIORITY", "The highest priority of a TenantPolicy outside the router's namespace, as the routers have it"),
+    ("router-namespace", "WARMPATH_ROUTER_NAMESPACE", "The operator's namespace (the release's), as the routers have it"),
+];
+
+/// The command line ([`SETTINGS`]): `--help` lists every flag with its variable.
+pub fn cli() -> clap::Command {
+    SETTINGS.iter().fold(
+        clap::Command::new("warmpath-controller")
+            .version(env!("CARGO_PKG_VERSION"))
+            .about("Keeps one InferenceReplica per ready pod of each InferencePool and reports warmpath's status conditions; one replica leads through a Lease."),
+        |cmd, (flag, env, help)| {
+            cmd.arg(
+                clap::Arg::new(*flag)
+                    .long(*flag)
+                    .env(*env)
+                    .value_name("VALUE")
+                    .help(*help),
+            )
+        },
+    )
+}
+
+/// How an error names a setting: its flag and its variable.
+fn named(env: &str) -> String {
+    SETTINGS
+        .iter()
+        .find(|(_, e, _)| *e == env)
+        .map_or_else(|| env.to_owned(), |(flag, e, _)| format!("--{flag} ({e})"))
+}
+
 fn list(value: Option<String>) -> Vec<String> {
     let mut out: Vec<String> = value
         .unwrap_or_default()
@@ -64,14 +112,29 @@ fn seconds(
             .map(Duration::from_secs)
             .ok_or_else(|| {
                 Error::Config(format!(
-                    "{key}={v:?}: expected a whole number of seconds > 0"
+                    "{}={v:?}: expected a whole number of seconds > 0",
+                    named(key)
                 ))
             }),
     }
 }
 
 impl Config {
-    /// Reads the settings through `get` (the environment, in `main`). `default_identity` is used
+    /// The settings from parsed command-line `matches` (each flag or its variable).
+    pub fn from_matches(
+        matches: &clap::ArgMatches,
+        default_identity: impl FnOnce() -> String,
+    ) -> Result<Config, Error> {
+        Self::from_lookup(
+            |env| {
+                let (flag, _, _) = SETTINGS.iter().find(|(_, e, _)| *e == env)?;
+                matches.get_one::<String>(flag).cloned()
+            },
+            default_identity,
+        )
+    }
+
+    /// Reads the settings through `get`, keyed by their environment variables. `default_identity` is used
     /// when `POD_NAME` is unset (hostname and pid outside a cluster).
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
@@ -80,7 +143,8 @@ impl Config {
         let admin = get("WARMPATH_ADMIN_LISTEN").unwrap_or_else(|| "0.0.0.0:9091".into());
         let admin_listen = admin.trim().parse().map_err(|_| {
             Error::Config(format!(
-                "WARMPATH_ADMIN_LISTEN={admin:?}: expected host:port, e.g. 0.0.0.0:9091"
+                "{}={admin:?}: expected host:port, e.g. 0.0.0.0:9091",
+                named("WARMPATH_ADMIN_LISTEN")
             ))
         })?;
         let lease = LeaseTiming {
@@ -101,7 +165,10 @@ impl Config {
             .filter(|s| !s.trim().is_empty())
             .ok_or_else(|| {
                 Error::Config(
-                    "WARMPATH_LEASE_NAMESPACE is not set: name the namespace of the leader-election Lease".into(),
+                    format!(
+                        "{} is not set: name the namespace of the leader-election Lease (in a pod, POD_NAMESPACE from the downward API does)",
+                        named("WARMPATH_LEASE_NAMESPACE")
+                    ),
                 )
             })?;
         let identity = get("POD_NAME")
@@ -111,29 +178,32 @@ impl Config {
             .iter()
             .map(|n| n.parse::<Network>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::Config(format!("WARMPATH_REPLICA_NETWORKS: {e}")))?;
+            .map_err(|e| Error::Config(format!("{}: {e}", named("WARMPATH_REPLICA_NETWORKS"))))?;
         let hostnames = match get("WARMPATH_REPLICA_HOSTNAMES").as_deref().map(str::trim) {
             None | Some("") | Some("false") | Some("0") => false,
             Some("true") | Some("1") => true,
             Some(v) => {
                 return Err(Error::Config(format!(
-                    "WARMPATH_REPLICA_HOSTNAMES={v:?}: expected true or false"
+                    "{}={v:?}: expected true or false",
+                    named("WARMPATH_REPLICA_HOSTNAMES")
                 )))
             }
         };
-        let max_tenant_priority = match get("WARMPATH_MAX_TENANT_PRIORITY").filter(|v| !v.trim().is_empty()) {
-            None => boundaries::DEFAULT_MAX_TENANT_PRIORITY,
-            Some(v) => v
-                .trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|p| (-1000..=1000).contains(p))
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "WARMPATH_MAX_TENANT_PRIORITY={v:?}: expected a whole number from -1000 to 1000"
-                    ))
-                })?,
-        };
+        let max_tenant_priority =
+            match get("WARMPATH_MAX_TENANT_PRIORITY").filter(|v| !v.trim().is_empty()) {
+                None => boundaries::DEFAULT_MAX_TENANT_PRIORITY,
+                Some(v) => v
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|p| (-1000..=1000).contains(p))
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "{}={v:?}: expected a whole number from -1000 to 1000",
+                            named("WARMPATH_MAX_TENANT_PRIORITY")
+                        ))
+                    })?,
+            };
         let boundaries = Boundaries {
             share_models_with: list(get("WARMPATH_SHARE_MODELS_WITH")),
             replica_networks: ReplicaNetworks { allow, hostnames },
@@ -227,6 +297,39 @@ mod tests {
                 .to_string();
             assert!(e.contains(k), "{e}");
         }
+    }
+
+    #[test]
+    fn flags_win_over_their_variables_and_help_names_both() {
+        let m = cli()
+            .try_get_matches_from([
+                "warmpath-controller",
+                "--lease-namespace",
+                "sys",
+                "--max-tenant-priority",
+                "7",
+                "--admin-listen=127.0.0.1:7001",
+            ])
+            .unwrap();
+        let c = Config::from_matches(&m, || "host-1".into()).unwrap();
+        assert_eq!(c.lease_namespace, "sys");
+        assert_eq!(c.boundaries.max_tenant_priority, 7);
+        assert_eq!(c.admin_listen, "127.0.0.1:7001".parse().unwrap());
+        let help = cli().render_long_help().to_string();
+        for (flag, env, _) in SETTINGS {
+            assert!(help.contains(&format!("--{flag}")), "{flag} in {help}");
+            assert!(help.contains(env), "{env} in {help}");
+        }
+        assert!(cli()
+            .try_get_matches_from(["warmpath-controller", "--no-such-flag"])
+            .is_err());
+        let e = parse(&[
+            ("WARMPATH_LEASE_NAMESPACE", "sys"),
+            ("WARMPATH_ADMIN_LISTEN", "x"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--admin-listen (WARMPATH_ADMIN_LISTEN)"), "{e}");
     }
 
     #[test]

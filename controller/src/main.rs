@@ -1,5 +1,6 @@
-//! `warmpath-controller`: reads its settings from the environment (see the Helm chart's
-//! controller Deployment), connects with the in-cluster configuration or `KUBECONFIG`, and runs
+//! `warmpath-controller`: reads its settings from its command line, each flag falling back to
+//! an environment variable (see the Helm chart's controller Deployment; `--help` lists them),
+//! connects with the in-cluster configuration or `KUBECONFIG`, and runs
 //! until SIGTERM (releasing its Lease) or until it loses leadership (exit code 1, so that it
 //! restarts as a standby).
 #![forbid(unsafe_code)]
@@ -25,7 +26,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = Config::from_lookup(|k| std::env::var(k).ok(), default_identity)?;
+    let matches = warmpath_controller::config::cli().get_matches();
+    let config = Config::from_matches(&matches, default_identity)?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")?;

@@ -75,7 +75,10 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
     // Namespaced RBAC: the binaries watch this namespace only, so that other tests' pools are
     // not theirs to reconcile.
     // The simulated engines listen on loopback, which replicas may not point at by default:
-    // the operator's allow list, through the chart's value (both binaries read it).
+    // the operator's allow list, through the chart's value (both binaries read it). The
+    // controller's admin address comes through `controller.extraArgs` (a flag wins over the
+    // environment the Deployment sets).
+    let controller_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     ns.helm_install(
         &chart,
         "wp",
@@ -84,6 +87,8 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
             &format!("rbac.watchNamespaces[0]={n}"),
             "--set",
             "router.replicaNetworks={127.0.0.0/8}",
+            "--set",
+            &format!("controller.extraArgs={{--admin-listen,{controller_admin}}}"),
         ],
     )
     .expect("helm install");
@@ -98,6 +103,11 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
         "controller-pod-0",
         &n,
     );
+    assert_eq!(
+        args,
+        ["--admin-listen".to_owned(), controller_admin.to_string()]
+    );
+    // What the flag must beat.
     env.insert("WARMPATH_ADMIN_LISTEN".into(), "127.0.0.1:0".into());
     env.insert(
         "KUBECONFIG".into(),
@@ -175,6 +185,19 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
     }
     let last = last.unwrap_or_else(|e| (0, e));
     assert_eq!(last.0, 200, "router never ready: {}", last.1);
+    // The controller serves its admin endpoints where the chart's extraArgs said.
+    let mut answer = Err("not asked yet".to_owned());
+    for _ in 0..100 {
+        answer = try_get(controller_admin, "/healthz").await;
+        if matches!(answer, Ok((200, _))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        matches!(answer, Ok((200, _))),
+        "controller admin at {controller_admin}: {answer:?}"
+    );
     let reply = complete(router_addr, "hello from the chart").await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);
     let replicas = Api::<InferenceReplica>::namespaced(admin.clone(), &n)
