@@ -201,7 +201,11 @@ impl Service<Chosen> for Forward {
             // A request is taken back from a replica that shows no progress for that long:
             // a stream until its first byte, any other request until its head when the engine
             // counts its tokens (without that, a long generation shows nothing until it ends).
-            let rescue = allowance.filter(|_| stream || replica.health.counts_work());
+            // Not one whose prefill a decode pod's sidecar runs elsewhere first: its replica
+            // has nothing to show until that prefill is done.
+            let rescue = allowance
+                .filter(|_| chosen.prefiller.is_none())
+                .filter(|_| stream || replica.health.counts_work());
             let body = chosen.body.clone().unwrap_or_else(|| read.body.clone());
             let sent = match &chosen.prefiller {
                 None => {
