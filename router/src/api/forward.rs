@@ -207,28 +207,21 @@ impl Service<Chosen> for Forward {
                 .filter(|_| chosen.prefiller.is_none())
                 .filter(|_| stream || replica.health.counts_work());
             let body = chosen.body.clone().unwrap_or_else(|| read.body.clone());
-            let sent = match &chosen.prefiller {
-                None => {
-                    until_stalled(
-                        send(&replica, &read.head, body, &timeouts),
-                        &replica,
-                        rescue,
-                        forwarded,
-                    )
-                    .await?
-                }
+            let head = match &chosen.prefiller {
+                None => std::borrow::Cow::Borrowed(&read.head),
                 Some(prefiller) => {
                     let mut head = read.head.clone();
                     head.headers.insert(PREFILLER_HEADER, prefiller.clone());
-                    until_stalled(
-                        send(&replica, &head, body, &timeouts),
-                        &replica,
-                        rescue,
-                        forwarded,
-                    )
-                    .await?
+                    std::borrow::Cow::Owned(head)
                 }
             };
+            let sent = until_stalled(
+                send(&replica, &head, body, &timeouts),
+                &replica,
+                rescue,
+                forwarded,
+            )
+            .await?;
             let (parts, mut pooled) = sent.into_parts();
             // A stream's head may come at once from an engine that then hangs: its first frame
             // is waited for too, so that the request can still go elsewhere.

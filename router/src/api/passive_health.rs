@@ -3,23 +3,25 @@
 //! that refuses connections has likely restarted, with an empty cache), and the attempt may be
 //! retried. So may a 5xx answer, which nothing of has reached the client yet: a 502/503 judged
 //! on its head, another 5xx once its (short) body is read and does not blame the request
-//! ([`ERROR_BODY_WAIT`], [`ERROR_BODY_MAX`]; an error that does is the client's answer). Failed answers (5xx, unless the error's body blames the request; no head in time,
-//! unless it answered others meanwhile; resets, connections that time out, streams that break
-//! or go silent after their head) eject it after a run of them, or when they are too
-//! large a share of its last answers, unless half its pool is out already; a good answer (its
+//! ([`ERROR_BODY_WAIT`], [`ERROR_BODY_MAX`]; an error that does is the client's answer).
+//! Failed answers (5xx, unless the error's body blames the request; no head in time, unless it
+//! answered others meanwhile; resets, connections that time out, streams that break or go
+//! silent after their head) eject it after a run of them, or when they are too large a share of
+//! its last answers, unless half its pool is out already; a good answer (its
 //! body ended cleanly) ends a run and an ejection's doubling. A connection this process could
 //! not open (out of file descriptors, ports, buffers) says nothing about the replica: it is
 //! retried elsewhere and changes no health. Every upstream failure is counted by kind.
 
 use super::forward::UpstreamError;
 use super::{Admitted, AttemptError, Chosen};
+use crate::body::ReadAhead;
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
 use crate::state::index::SharedIndex;
 use crate::state::replica::ReplicaState;
 use bytes::{Bytes, BytesMut};
 use http::Response;
-use http_body_util::{BodyExt, BodyStream, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -235,9 +237,7 @@ impl Observed {
         };
         let held = held.freeze();
         if !ended {
-            let first = futures_util::stream::iter([Ok(http_body::Frame::data(held))]);
-            let rest = BodyStream::new(body);
-            let body = StreamBody::new(futures_util::StreamExt::chain(first, rest));
+            let body = ReadAhead::new(Some(http_body::Frame::data(held)), body);
             return Ok(Response::from_parts(parts, body.boxed_unsync()));
         }
         let mut peeked = crate::body::error_peek::Peeked::default();

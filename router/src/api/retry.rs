@@ -73,8 +73,9 @@ impl<S> Layer<S> for RetryLayer {
     }
 }
 
-/// Retry after a refused connection or a 5xx answer that does not blame the request, at most `attempts` tries in all and
-/// while the budget allows. When no replica is left, the refusal or the replica's own answer is
+/// Retry after a refused connection, a 5xx answer that does not blame the request, or a request
+/// taken back from a stalled replica, at most `attempts` tries in all and while the budget
+/// allows. When no replica is left, the refusal or the replica's own answer is
 /// the client's (it says more than "no ready replica").
 #[derive(Clone)]
 pub struct RetrySafe {

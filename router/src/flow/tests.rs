@@ -2,12 +2,12 @@
 //! pure rules that put tenants under their share ahead of a backlog.
 
 use super::saturation::{
-    every_replica_prefilling, learn_limit, prefill_gated, saturated, under_share, with_headroom,
-    Admitted,
+    every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, Admitted,
 };
 use crate::api::admission::Placement;
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
+use crate::state::inflight_limit::learn_limit;
 use crate::state::replica::{InflightGuard, PrefillGuard, ReplicaRegistry};
 use crate::state::table::Table;
 use std::sync::Arc;

@@ -14,6 +14,7 @@
 
 pub mod health;
 pub mod index;
+pub mod inflight_limit;
 pub mod publish;
 pub mod replica;
 pub mod table;

@@ -168,14 +168,14 @@ impl ReplicaState {
         Some(self.inflight_limit.load(Ordering::Relaxed)).filter(|&l| l > 0)
     }
 
-    /// One scrape's lesson about the engine's batch ([`crate::flow::saturation::learn_limit`]);
+    /// One scrape's lesson about the engine's batch ([`super::inflight_limit::learn_limit`]);
     /// only the scrape task calls it.
     pub fn learn_inflight_limit(
         &self,
         load: &EngineLoad,
         bounds: &crate::config::SaturationConfig,
     ) {
-        let (limit, ceiling) = crate::flow::saturation::learn_limit(
+        let (limit, ceiling) = super::inflight_limit::learn_limit(
             self.inflight_limit.load(Ordering::Relaxed),
             self.inflight_ceiling.load(Ordering::Relaxed),
             load,

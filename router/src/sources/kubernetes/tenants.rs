@@ -194,8 +194,9 @@ fn unseal(bytes: &[u8]) -> Sealed {
     match bytes {
         [] => Sealed::Empty,
         [0] => Sealed::Bad(KeyShape::NotUtf8),
+        [1] => Sealed::Bad(KeyShape::NotVisibleAscii),
         [2] => Sealed::Bad(KeyShape::TooShort),
-        // [1], and anything a caller passed unsealed.
+        // Anything not sealed here is not a key either.
         _ => KeyDigest::from_bytes(bytes)
             .map(|d| Sealed::Key(ApiKey::from_digest(d)))
             .unwrap_or(Sealed::Bad(KeyShape::NotVisibleAscii)),
