@@ -575,3 +575,59 @@ async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_
     assert!((1.0..=24.0).contains(&limit), "learned bound {limit}: {m}");
     s.stop().await;
 }
+
+/// The learned bound must not mistake the requests that wait for an engine's next step for a
+/// full batch. An engine that runs 128 at once, sent waves of 192 requests through a router
+/// with flow control on (nothing configured): the bound grows past what each step's newcomers
+/// would have cut it to, toward the batch (it was stuck at 5 to 11 over sims that run 256
+/// when every waiting request counted as a full batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_learned_bound_grows_toward_a_large_batch_through_waves_of_requests() {
+    let s = Setup::new(
+        &[
+            "--max-num-seqs",
+            "128",
+            "--decode-base-ms",
+            "10",
+            "--decode-per-seq-ms",
+            "0",
+        ],
+        "flow:\n  enabled: true\n  queue: { ttl_ms: 30000 }\n",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let addr = s.router.addr;
+    let mut limits = Vec::new();
+    for wave in 0..4u64 {
+        let sends: Vec<_> = (0..192u64)
+            .map(|i| {
+                tokio::spawn(async move {
+                    send(
+                        addr,
+                        "POST",
+                        "/v1/completions",
+                        &[],
+                        // Output lengths spread so that requests end at different steps.
+                        completion(&format!("wave {wave} request {i}"), 8 + (i % 24) as u32),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for task in sends {
+            let r = task.await.unwrap().expect("answered");
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+        let m = router_metrics(s.router.admin_addr).await;
+        limits.push(metric(
+            &m,
+            "warmpath_replica_inflight_limit",
+            &[("replica", "r0")],
+        ));
+    }
+    assert!(
+        limits.iter().any(|&l| l >= 64.0),
+        "learned bounds after each wave {limits:?} never reached half the engine's batch"
+    );
+    s.stop().await;
+}

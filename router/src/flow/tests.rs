@@ -7,7 +7,7 @@ use super::saturation::{
 use crate::api::admission::Placement;
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
-use crate::state::inflight_limit::learn_limit;
+use crate::state::inflight_limit::{learn_limit, Learned};
 use crate::state::replica::{InflightGuard, PrefillGuard, ReplicaRegistry};
 use crate::state::table::Table;
 use std::sync::Arc;
@@ -235,53 +235,77 @@ fn engine(running: f64, waiting: f64) -> EngineLoad {
     }
 }
 
+/// A lesson with no queue seen at the last scrape.
+fn was(limit: u32, ceiling: u32) -> Learned {
+    Learned {
+        limit,
+        ceiling,
+        queued_running: None,
+    }
+}
+
+/// The bound and ceiling after one scrape.
+fn after(
+    was: Learned,
+    running: f64,
+    waiting: f64,
+    inflight: u32,
+    b: &SaturationConfig,
+) -> (u32, u32) {
+    let l = learn_limit(was, &engine(running, waiting), inflight, b);
+    (l.limit, l.ceiling)
+}
+
 #[test]
 fn the_learned_bound_starts_small_grows_while_it_binds_and_falls_to_a_full_batch() {
     let bounds = SaturationConfig::default();
     // First scrape: the initial bound, whatever the engine does.
-    assert_eq!(learn_limit(0, 0, &engine(0.0, 0.0), 0, &bounds), (8, 0));
+    assert_eq!(after(was(0, 0), 0.0, 0.0, 0, &bounds), (8, 0));
     // Not binding (the router sends less than the bound): it stays.
-    assert_eq!(learn_limit(8, 0, &engine(3.0, 0.0), 3, &bounds), (8, 0));
+    assert_eq!(after(was(8, 0), 3.0, 0.0, 3, &bounds), (8, 0));
     // Binding, the engine queues nothing: it doubles (no batch seen full yet).
-    assert_eq!(learn_limit(8, 0, &engine(8.0, 0.0), 8, &bounds), (16, 0));
-    // The engine queues: its batch is what it runs, and that is the bound.
+    assert_eq!(after(was(8, 0), 8.0, 0.0, 8, &bounds), (16, 0));
+    // A few waiting requests are no queue (they arrived since the engine's last step): binding,
+    // it still doubles.
+    assert_eq!(after(was(64, 0), 60.0, 4.0, 64, &bounds), (128, 0));
+    // One scrape's queue is no full batch either: the bound holds, neither cut nor grown.
+    let queued = learn_limit(was(64, 0), &engine(48.0, 16.0), 64, &bounds);
     assert_eq!(
-        learn_limit(64, 0, &engine(48.0, 3.0), 64, &bounds),
-        (48, 48)
+        queued,
+        Learned {
+            limit: 64,
+            ceiling: 0,
+            queued_running: Some(48)
+        }
     );
+    // Queued again and running no more: its batch is what it runs, and that is the bound.
+    assert_eq!(after(queued, 48.0, 16.0, 64, &bounds), (48, 48));
+    // Queued again but running more: it was still taking work in, so nothing is learned.
+    assert_eq!(after(queued, 56.0, 8.0, 64, &bounds), (64, 0));
+    // A queue gone between two scrapes starts the count again.
+    let cleared = learn_limit(queued, &engine(40.0, 0.0), 40, &bounds);
+    assert_eq!(cleared.queued_running, None);
+    assert_eq!(after(cleared, 40.0, 24.0, 64, &bounds), (64, 0));
     // Another router sends two thirds of the engine's requests: this one's part is a third.
-    assert_eq!(
-        learn_limit(64, 0, &engine(48.0, 12.0), 20, &bounds),
-        (16, 16)
-    );
+    let shared = learn_limit(was(64, 0), &engine(48.0, 12.0), 20, &bounds);
+    assert_eq!(after(shared, 48.0, 12.0, 20, &bounds), (16, 16));
     // Below that batch it doubles back up to it, then probes by a sixteenth.
-    assert_eq!(
-        learn_limit(20, 48, &engine(20.0, 0.0), 20, &bounds),
-        (40, 48)
-    );
-    assert_eq!(
-        learn_limit(40, 48, &engine(40.0, 0.0), 40, &bounds),
-        (48, 48)
-    );
-    assert_eq!(
-        learn_limit(48, 48, &engine(48.0, 0.0), 48, &bounds),
-        (51, 48)
-    );
+    assert_eq!(after(was(20, 48), 20.0, 0.0, 20, &bounds), (40, 48));
+    assert_eq!(after(was(40, 48), 40.0, 0.0, 40, &bounds), (48, 48));
+    assert_eq!(after(was(48, 48), 48.0, 0.0, 48, &bounds), (51, 48));
     // Within 1 and the maximum.
-    assert_eq!(learn_limit(5, 5, &engine(0.0, 2.0), 5, &bounds), (1, 1));
-    assert_eq!(learn_limit(5, 5, &engine(3.0, 2.0), 0, &bounds), (1, 1));
+    let stuck = learn_limit(was(5, 5), &engine(0.0, 2.0), 5, &bounds);
+    assert_eq!(after(stuck, 0.0, 2.0, 5, &bounds), (1, 1));
+    let stuck = learn_limit(was(5, 5), &engine(3.0, 2.0), 0, &bounds);
+    assert_eq!(after(stuck, 3.0, 2.0, 0, &bounds), (1, 1));
     let capped = SaturationConfig {
         learned_inflight_max: 50,
         ..bounds.clone()
     };
-    assert_eq!(
-        learn_limit(48, 48, &engine(48.0, 0.0), 48, &capped),
-        (50, 48)
-    );
-    assert_eq!(
-        learn_limit(48, 0, &engine(400.0, 9.0), 409, &capped),
-        (50, 50)
-    );
+    assert_eq!(after(was(48, 48), 48.0, 0.0, 48, &capped), (50, 48));
+    let big = learn_limit(was(48, 0), &engine(400.0, 60.0), 460, &capped);
+    assert_eq!(big.limit, 48, "one queue: held");
+    assert_eq!(after(big, 400.0, 60.0, 460, &capped), (50, 50));
 }
 
 #[test]
@@ -308,10 +332,12 @@ fn learned_bounds_saturate_the_pool_by_the_routers_own_count() {
         !saturated(c, &bounds, admitted(1000), STALE, now),
         "r1 has no bound, so the pool has none"
     );
-    // r1's engine queues with the router's 6 requests all it holds: its batch of 4 is the bound.
+    // r1's engine queues at two scrapes with the router's 6 requests all it holds: its batch of
+    // 4 is the bound.
     let _sent: Vec<_> = (0..6)
         .map(|_| InflightGuard::new(r1.clone(), 1, 1))
         .collect();
+    r1.learn_inflight_limit(&engine(4.0, 2.0), &bounds);
     r1.learn_inflight_limit(&engine(4.0, 2.0), &bounds);
     drop(_sent);
     assert_eq!(

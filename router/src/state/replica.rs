@@ -76,10 +76,10 @@ pub struct ReplicaState {
     /// The `host` header sent with every forwarded request (made once, not per request).
     pub host: http::HeaderValue,
     inflight_requests: AtomicU32,
-    /// The learned in-flight bound (0: none yet) and the engine's batch when it last queued
-    /// (0: never seen), written by the scrape task only.
+    /// The learned in-flight bound (0: none yet), read on every choice; a copy of
+    /// `learned.limit`, which the scrape task alone writes.
     inflight_limit: AtomicU32,
-    inflight_ceiling: AtomicU32,
+    learned: Mutex<super::inflight_limit::Learned>,
     inflight_tokens: AtomicU64,
     /// Uncached prompt tokens of in-flight requests that have no first token yet.
     pending_prefill: AtomicU64,
@@ -125,7 +125,7 @@ impl ReplicaState {
             host,
             inflight_requests: AtomicU32::new(0),
             inflight_limit: AtomicU32::new(0),
-            inflight_ceiling: AtomicU32::new(0),
+            learned: Mutex::new(Default::default()),
             inflight_tokens: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
             inflight_uncached: AtomicU64::new(0),
@@ -175,15 +175,10 @@ impl ReplicaState {
         load: &EngineLoad,
         bounds: &crate::config::SaturationConfig,
     ) {
-        let (limit, ceiling) = super::inflight_limit::learn_limit(
-            self.inflight_limit.load(Ordering::Relaxed),
-            self.inflight_ceiling.load(Ordering::Relaxed),
-            load,
-            self.inflight_requests(),
-            bounds,
-        );
-        self.inflight_limit.store(limit, Ordering::Relaxed);
-        self.inflight_ceiling.store(ceiling, Ordering::Relaxed);
+        let mut learned = self.learned.lock();
+        *learned =
+            super::inflight_limit::learn_limit(*learned, load, self.inflight_requests(), bounds);
+        self.inflight_limit.store(learned.limit, Ordering::Relaxed);
     }
 
     pub fn inflight_tokens(&self) -> u64 {
