@@ -38,7 +38,7 @@
 # SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 # For the llm-d systems (llm-d: its shipped profile; llm-d-precise: KV events, real vLLM only):
-# EPP_BIN (llm-d's EPP, built by hand from the pinned commit, ../shared/peers/README.md) and
+# EPP_BIN (llm-d's EPP, built by bench/llm-d-build.sh from the pinned commit) and
 # GATEWAY_BIN (default BIN/warmpath-extproc-gateway, which the build above makes).
 #
 # The defaults keep the whole comparison, data-path suite included, under 15 minutes on two
@@ -303,10 +303,10 @@ start_front() { # label
       wait_http "http://127.0.0.1:$FRONT_PORT/health" 60
       ;;
     llm-d|llm-d-*)
-      # llm-d's EPP (EPP_BIN, built by hand) with file discovery, behind
+      # llm-d's EPP (EPP_BIN, built by bench/llm-d-build.sh) with file discovery, behind
       # warmpath-extproc-gateway (bench/llm-d.sh); llm-d-CONFIG runs bench/llm-d/CONFIG.yaml.
       if [ -z "${EPP_BIN:-}" ]; then
-        echo "system $label needs EPP_BIN: llm-d's EPP binary, built by hand from the pinned commit as ../shared/peers/README.md says" >&2
+        echo "system $label needs EPP_BIN: llm-d's EPP binary, built by bench/llm-d-build.sh from the pinned commit" >&2
         return 1
       fi
       local llmd_config=default

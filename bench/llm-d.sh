@@ -3,9 +3,8 @@
 # with file discovery over the engines, and warmpath-extproc-gateway (bench/extproc-gateway)
 # speaking ext_proc to it as Envoy would, serving clients on one port.
 #
-# The EPP is NOT built here: build it by hand from the pinned llm-d-router commit as
-# ../shared/peers/README.md says (`go build -o /some/dir/epp ./cmd/epp` in the snapshot) and give
-# its path in EPP_BIN.
+# The EPP is NOT built here: bench/llm-d-build.sh builds it from a snapshot of the pinned
+# llm-d-router commit; give its path in EPP_BIN.
 #
 # Run:     EPP_BIN=/path/to/epp bench/llm-d.sh serve PORT URL...
 #          (in the foreground until SIGTERM/SIGINT; prints "llm-d ready on PORT" once a request
@@ -70,7 +69,7 @@ llmd_wait_ready() { # url seconds pid...
 llmd_start() { # PORT URL...
   local port=$1; shift
   if [ -z "${EPP_BIN:-}" ] || [ ! -x "$EPP_BIN" ]; then
-    echo "llm-d.sh: set EPP_BIN to the llm-d EPP binary, built by hand from the pinned commit (../shared/peers/README.md)" >&2
+    echo "llm-d.sh: set EPP_BIN to the llm-d EPP binary (bash bench/llm-d-build.sh GIT_DIR builds it from the pinned commit)" >&2
     return 2
   fi
   local gateway=${GATEWAY_BIN:-$LLMD_ROOT/target/release/warmpath-extproc-gateway}

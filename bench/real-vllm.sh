@@ -15,7 +15,9 @@
 # the default size (the prefix working set about half the fleet's cache) and where the cache
 # binds (BINDING_GROUPS system prompts, about 1.5× the fleet's cache, Zipf 1 popularity).
 # Results go to bench/results/vllm-cpu-*.json (suite `vllm-cpu`); the report is regenerated
-# unless SKIP_REPORT=1. BIN_DIR: binaries built elsewhere, measured as they are.
+# unless SKIP_REPORT=1. BIN_DIR: binaries built elsewhere, measured as they are. ROUTER_EXTRA:
+# YAML appended to warmpath's configuration (e.g. a `scrape:` block); a system named
+# warmpath-POLICY-alt runs POLICY with ALT_ROUTER_EXTRA instead, for an A/B in one run.
 #
 # About 11 GB of memory and 2-4 minutes to start the engines on 2 cores.
 #
@@ -47,7 +49,7 @@ WARMUP=${WARMUP:-30}
 CONCURRENCY=${CONCURRENCY:-4}
 SEEDS=${SEEDS:-"11 12 13 14 15"}
 DEFAULT_SYSTEMS="warmpath-round-robin warmpath-prefix warmpath-precise warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d smg-cache-aware smg-cache-aware-tuned smg-prefix-hash smg-round-robin"
-# llm-d's EPP (EPP_BIN, built by hand as bench/llm-d/README.md says) behind
+# llm-d's EPP (EPP_BIN, built by bench/llm-d-build.sh) behind
 # warmpath-extproc-gateway: `llm-d` on its shipped profile (its approximate prefix scorer),
 # `llm-d-precise` with its prefix scorer fed by the engines' KV events (bench/llm-d/precise.yaml;
 # the events reach it through bench/kv-relay.py, since the engines bind their publishers for
@@ -145,7 +147,9 @@ run_point() { # label seed section groups zipf
   stop_front
   case $label in
     warmpath-*)
-      local policy=${label#warmpath-}; policy=${policy//-/_}
+      local policy=${label#warmpath-} extra=${ROUTER_EXTRA:-}
+      if [ "${policy%-alt}" != "$policy" ]; then policy=${policy%-alt}; extra=${ALT_ROUTER_EXTRA:-}; fi
+      policy=${policy//-/_}
       local kv=""
       if [ "$policy" = precise ]; then
         policy=prefix
@@ -167,6 +171,7 @@ run_point() { # label seed section groups zipf
         done
         echo "scheduling:"
         echo "  policy: $policy"
+        [ -z "$extra" ] || printf '%s\n' "$extra"
       } > "$cfg"
       [ -z "$kv" ] || cp "$cfg" "$RESULTS/vllm-cpu-router-precise.yaml"
       "$BIN/warmpath-router" --config "$cfg" >"$WORK/front.log" 2>&1 &
@@ -217,6 +222,13 @@ run_point() { # label seed section groups zipf
     --oracle-bytes-per-token "$BYTES_PER_TOKEN" "${METRICS[@]}" --out "$RESULTS/vllm-cpu-$section$label-s$seed.json")
   echo "${cmd[*]}" | sed "s#$BIN/##" >> "$RESULTS/commands-vllm-cpu.txt"
   "${cmd[@]}"
+  case $label in
+    warmpath-*)
+      # How often the router read each engine's metrics (scrape.engine_share stretches it).
+      curl -fsS "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^warmpath_replica_scrape_interval_seconds' \
+        | sed "s/^/$section$label s$seed /" >> "$RESULTS/vllm-cpu-scrape-intervals.txt" || true
+      ;;
+  esac
   if [ "$label" = warmpath-precise ]; then
     curl -fsS "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^warmpath_kv_events' \
       > "$RESULTS/vllm-cpu-${section}metrics-precise-s$seed.txt" || true

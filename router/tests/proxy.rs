@@ -546,3 +546,52 @@ async fn admin_metrics_can_require_a_bearer_token() {
     assert_eq!(get(admin, "/healthz").await.unwrap().status, 200);
     s.stop().await;
 }
+
+/// Scrapes cost the engine (vLLM renders its page in Python): a replica whose metrics take
+/// 20 ms to answer is read no more often than `scrape.engine_share` (2%) of its time allows,
+/// up to `max_interval_ms`, while a fast one is read every `interval_ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_metrics_page_is_read_less_often() {
+    let slow = warmpath_testkit::Recorder::default()
+        .start(
+            warmpath_testkit::completion_answer,
+            Duration::from_millis(20),
+        )
+        .await;
+    let fast = warmpath_testkit::Recorder::default()
+        .start(warmpath_testkit::completion_answer, Duration::ZERO)
+        .await;
+    let rt = router(&config_yaml(
+        "tiny",
+        &[slow, fast],
+        "scrape:\n  max_interval_ms: 400\n",
+    ))
+    .await;
+    let pause = |m: &str, replica: &str| {
+        metric(
+            m,
+            "warmpath_replica_scrape_interval_seconds",
+            &[("replica", replica)],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = loop {
+        let m = router_metrics(rt.admin_addr).await;
+        // The fast page's pause comes down to about the interval as its scrapes are timed
+        // (the first includes opening the connection, slow on a busy machine).
+        if has_metric(&m, "warmpath_replica_scrape_interval_seconds")
+            && pause(&m, "r0") >= 0.4
+            && pause(&m, "r1") > 0.0
+            && pause(&m, "r1") < 0.2
+        {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stretched pause for r0, or none near the interval for r1: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(pause(&m, "r0"), 0.4, "20 ms a page at 2%: 1 s, capped: {m}");
+    rt.shutdown().await;
+}

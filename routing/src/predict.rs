@@ -193,6 +193,13 @@ impl TtftModel {
         self.theta[1] * TOKEN_SCALE
     }
 
+    /// The per-token cost that errs slow: the higher of the prior's and the learned one (the
+    /// learned cost can be misled low, the prior far below a slow accelerator's). What leaving
+    /// a warm replica is priced at, and how fast a replica's pending prefill is taken to drain.
+    pub fn cautious_per_token_s(&self) -> f64 {
+        self.prior.per_token_s.max(self.per_token_s())
+    }
+
     /// Current fixed-overhead estimate, seconds.
     pub fn base_s(&self) -> f64 {
         self.theta[0]

@@ -185,6 +185,11 @@ fn refresh_gauges(state: &AdminState) {
                 .get_or_create(&labels)
                 .set(i64::from(limit));
         }
+        if let Some(every) = r.scrape_every() {
+            m.scrape_interval
+                .get_or_create(&labels)
+                .set(every.as_secs_f64());
+        }
         m.ready
             .get_or_create(&labels)
             .set((r.health.is_ready(now) && !r.health.is_stalled(now, &r.name)) as i64);

@@ -202,6 +202,7 @@ pub fn choose_among(
             .iter()
             .map(|c| index.room(c.replica.id, capacity(c)))
             .collect();
+        let drain = table.config.scheduling.placement.drain_pending_prefill;
         let views: Vec<ReplicaView<'_>> = ready
             .iter()
             .zip(&models)
@@ -214,7 +215,12 @@ pub fn choose_among(
                 inflight_tokens: c.replica.inflight_tokens(),
                 engine: c.replica.engine_load(now, table.stale_after),
                 matched_blocks,
-                pending_prefill_tokens: c.replica.pending_prefill_tokens(),
+                pending_prefill_tokens: if drain {
+                    c.replica
+                        .pending_prefill_left(now, ttft.cautious_per_token_s())
+                } else {
+                    c.replica.pending_prefill_tokens()
+                },
                 inflight_uncached_tokens: c.replica.inflight_uncached_tokens(),
                 room: Some(room),
                 ttft,

@@ -525,6 +525,12 @@ pub struct ScrapeConfig {
     /// Consecutive failed scrapes (other than refused connections, which count at once) after
     /// which a replica is not ready.
     pub failures_before_unready: u32,
+    /// At most this share of an engine's time goes to answering scrapes: where one takes long
+    /// (vLLM renders hundreds of series in Python, about 4 ms of CPU each time), the pause
+    /// after it stretches to its duration divided by this share.
+    pub engine_share: f64,
+    /// The longest that stretched pause.
+    pub max_interval_ms: u64,
 }
 
 impl Default for ScrapeConfig {
@@ -534,6 +540,8 @@ impl Default for ScrapeConfig {
             timeout_ms: 500,
             stale_after_ms: 300,
             failures_before_unready: 3,
+            engine_share: 0.02,
+            max_interval_ms: 500,
         }
     }
 }
@@ -879,6 +887,18 @@ impl Config {
             return Err((
                 root.key("scrape").key("stale_after_ms"),
                 "must be greater than `scrape.interval_ms`".to_owned(),
+            ));
+        }
+        if !(sc.engine_share > 0.0 && sc.engine_share <= 1.0) {
+            return Err((
+                root.key("scrape").key("engine_share"),
+                "must be greater than 0 and at most 1".to_owned(),
+            ));
+        }
+        if sc.max_interval_ms < sc.interval_ms {
+            return Err((
+                root.key("scrape").key("max_interval_ms"),
+                "must be at least `scrape.interval_ms`".to_owned(),
             ));
         }
         if sc.failures_before_unready == 0 {

@@ -133,6 +133,12 @@ fn semantic_checks() {
             "scrape:\n  interval_ms: 100\n  stale_after_ms: 100\n",
             "scrape.stale_after_ms",
         ),
+        ("scrape:\n  engine_share: 0\n", "scrape.engine_share"),
+        ("scrape:\n  engine_share: 1.5\n", "scrape.engine_share"),
+        (
+            "scrape:\n  interval_ms: 100\n  max_interval_ms: 50\n",
+            "scrape.max_interval_ms",
+        ),
         (
             "scheduling:\n  weights:\n    prefix: -1\n",
             "scheduling.weights.prefix",

@@ -58,6 +58,7 @@ pub struct Metrics {
     pub index_evictions: Gauge,
     pub inflight: Family<ReplicaLabels, Gauge>,
     pub inflight_limit: Family<ReplicaLabels, Gauge>,
+    pub scrape_interval: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub ready: Family<ReplicaLabels, Gauge>,
     pub prefill_per_token: Family<ReplicaLabels, Gauge<f64, AtomicU64>>,
     pub scrapes: Family<ResultLabels, Counter>,
@@ -212,6 +213,12 @@ impl Metrics {
             "The in-flight bound learned from the replica's engine (flow.saturation.learn_inflight_requests; its batch when it queues); absent until learned",
             inflight_limit.clone(),
         );
+        let scrape_interval = Family::<ReplicaLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "replica_scrape_interval_seconds",
+            "The pause between two scrapes of the replica's metrics (scrape.interval_ms, stretched where a scrape costs its engine more than scrape.engine_share of its time)",
+            scrape_interval.clone(),
+        );
         let ready = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "replica_ready",
@@ -358,6 +365,7 @@ impl Metrics {
             index_evictions,
             inflight,
             inflight_limit,
+            scrape_interval,
             ready,
             prefill_per_token,
             scrapes,
@@ -409,6 +417,7 @@ impl Metrics {
         };
         self.inflight.remove(&l);
         self.inflight_limit.remove(&l);
+        self.scrape_interval.remove(&l);
         self.ready.remove(&l);
         self.prefill_per_token.remove(&l);
         self.kv_mode.remove(&l);

@@ -1,4 +1,5 @@
-//! Reading engine load from each replica's Prometheus endpoint every 50–100 ms.
+//! Reading engine load from each replica's Prometheus endpoint every 75 ms, or less often where
+//! answering costs the engine more than `scrape.engine_share` of its time.
 //!
 //! Only a few series matter (running and waiting requests, KV-cache use), so this holds a
 //! minimal Prometheus text parser rather than a client library. A scrape that succeeds marks
@@ -8,7 +9,7 @@
 //! With `health.active_path`, the same task checks the engine's own health endpoint every
 //! `active_interval_ms`: an engine can serve metrics while it cannot serve requests.
 
-use crate::config::{Engine, TimeoutsConfig};
+use crate::config::{Engine, ScrapeConfig, TimeoutsConfig};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::state::publish::TableReader;
 use crate::state::replica::{ReplicaState, ScrapeTarget};
@@ -237,6 +238,9 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
     let mut client: Option<(TimeoutsConfig, ScrapeClient)> = None;
     let mut next_check = Instant::now();
     let mut checking = false;
+    // A successful scrape's duration, smoothed (one slow answer does not stretch the pause
+    // for long); `None` before the first.
+    let mut took: Option<Duration> = None;
     loop {
         if tables.closed() {
             return;
@@ -252,7 +256,6 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
             .learns_inflight()
             .then(|| table.config.flow.saturation.clone());
         drop(table);
-        let interval = Duration::from_millis(cfg.interval_ms);
         if client.as_ref().is_some_and(|(t, _)| *t != timeouts) {
             client = None;
         }
@@ -291,6 +294,7 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
             None => {}
         }
         if let Some(target) = replica.scrape_target() {
+            let started = Instant::now();
             let result = scrape_once(
                 http,
                 &replica,
@@ -301,6 +305,8 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
             let now = Instant::now();
             let label = match result {
                 Ok(text) => {
+                    let sample = now.saturating_duration_since(started);
+                    took = Some(took.map_or(sample, |t| t.mul_f64(0.7) + sample.mul_f64(0.3)));
                     replica.health.on_scrape_ok();
                     let load = parse_engine_load(&text, target.engine);
                     if let (Some(load), Some(bounds)) = (&load, &learn) {
@@ -333,13 +339,45 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                 .get_or_create(&ResultLabels { result: label })
                 .inc();
         }
-        tokio::time::sleep(interval).await;
+        let pause = pause(&cfg, took.unwrap_or_default());
+        replica.set_scrape_every(pause);
+        tokio::time::sleep(pause).await;
     }
+}
+
+/// The pause before the next scrape: `interval_ms`, stretched so that answering scrapes that
+/// take `took` each is at most `engine_share` of the engine's time, up to `max_interval_ms`.
+/// An engine's time to answer is what it spends on it (the event loop that renders the page
+/// serves requests too), so the duration is a fair stand-in for its cost.
+pub fn pause(cfg: &ScrapeConfig, took: Duration) -> Duration {
+    let fastest = Duration::from_millis(cfg.interval_ms);
+    let slowest = Duration::from_millis(cfg.max_interval_ms).max(fastest);
+    took.div_f64(cfg.engine_share.clamp(f64::MIN_POSITIVE, 1.0))
+        .clamp(fastest, slowest)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pause_stretches_so_that_scrapes_cost_the_engine_its_share_at_most() {
+        let cfg = ScrapeConfig::default();
+        let ms = Duration::from_millis;
+        // A fast page (the simulator's, or a remote engine's small one): the interval.
+        assert_eq!(pause(&cfg, Duration::ZERO), ms(75));
+        assert_eq!(pause(&cfg, ms(1)), ms(75));
+        // vLLM on a CPU, 4 ms a page: 200 ms, 2% of its time.
+        assert_eq!(pause(&cfg, ms(4)), ms(200));
+        // Never past the longest pause.
+        assert_eq!(pause(&cfg, ms(400)), ms(500));
+        let every_time = ScrapeConfig {
+            engine_share: 1.0,
+            ..cfg
+        };
+        assert_eq!(pause(&every_time, ms(40)), ms(75));
+        assert_eq!(pause(&every_time, ms(120)), ms(120));
+    }
 
     const VLLM: &str = r#"# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

@@ -83,9 +83,16 @@ pub struct ReplicaState {
     inflight_tokens: AtomicU64,
     /// Uncached prompt tokens of in-flight requests that have no first token yet.
     pending_prefill: AtomicU64,
+    /// When that prefill should be done, µs after [`epoch_us`]'s epoch: a clock each request
+    /// pushes on by its own prefill at the replica's cautious per-token cost, so that a long
+    /// prompt prefilling for a while counts for what it has left, not for all of it.
+    prefill_done_at_us: AtomicU64,
     /// Uncached prompt tokens of in-flight requests, until their responses end.
     inflight_uncached: AtomicU64,
     engine: Mutex<Option<(EngineLoad, Instant)>>,
+    /// The scrape task's current pause between scrapes, ms (0: not scraped yet): a load
+    /// stays fresh for a few of them however long they are stretched.
+    scrape_every_ms: AtomicU64,
     /// Whether a scrape ever found load series: only then does a stale load mean "unknown"
     /// rather than "this engine does not say" (flow control counts the first as saturated).
     reported_load: std::sync::atomic::AtomicBool,
@@ -128,8 +135,10 @@ impl ReplicaState {
             learned: Mutex::new(Default::default()),
             inflight_tokens: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
+            prefill_done_at_us: AtomicU64::new(0),
             inflight_uncached: AtomicU64::new(0),
             engine: Mutex::new(None),
+            scrape_every_ms: AtomicU64::new(0),
             reported_load: std::sync::atomic::AtomicBool::new(false),
             kv_capacity_tokens: AtomicU64::new(0),
             health: Health::default(),
@@ -189,17 +198,56 @@ impl ReplicaState {
         self.pending_prefill.load(Ordering::Relaxed)
     }
 
+    /// The pending prefill still ahead at `now`, draining at `per_token_s` (the replica's
+    /// [`TtftModel::cautious_per_token_s`]): never more than [`Self::pending_prefill_tokens`],
+    /// fewer where the prefill clock says part of it is done. A request waits behind what is
+    /// left of a long prompt, and leaving a warm replica for it repeated prefills that a short
+    /// wait would have spared (on the Mooncake trace most moves away from a warm replica were
+    /// for a long prompt counted whole until its first token).
+    pub fn pending_prefill_left(&self, now: Instant, per_token_s: f64) -> u64 {
+        let count = self.pending_prefill_tokens();
+        if count == 0 || !(per_token_s.is_finite() && per_token_s > 0.0) {
+            return count;
+        }
+        let left_us = self
+            .prefill_done_at_us
+            .load(Ordering::Relaxed)
+            .saturating_sub(epoch_us(now));
+        let left = (left_us as f64 / (per_token_s * 1e6)).ceil();
+        count.min(left as u64)
+    }
+
     pub fn inflight_uncached_tokens(&self) -> u64 {
         self.inflight_uncached.load(Ordering::Relaxed)
     }
 
     /// Engine load from the last scrape, or `None` when it is older than `stale_after`.
+    /// The staleness bound grows to four of the replica's scrape pauses when those are
+    /// stretched past it ([`crate::config::ScrapeConfig::engine_share`]).
     pub fn engine_load(&self, now: Instant, stale_after: Duration) -> Option<EngineLoad> {
+        let stale_after = stale_after.max(Duration::from_millis(
+            4 * self.scrape_every_ms.load(Ordering::Relaxed),
+        ));
         let guard = self.engine.lock();
         match *guard {
             Some((load, at)) if now.saturating_duration_since(at) <= stale_after => Some(load),
             _ => None,
         }
+    }
+
+    /// The scrape task's pause before its next scrape.
+    pub fn set_scrape_every(&self, pause: Duration) {
+        self.scrape_every_ms.store(
+            pause.as_millis().min(u128::from(u64::MAX / 8)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The scrape task's current pause between scrapes (`None` before the first).
+    pub fn scrape_every(&self) -> Option<Duration> {
+        Some(self.scrape_every_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
     }
 
     /// Record a scrape. `None` means the engine answered but exposes no load series we know.
@@ -303,9 +351,33 @@ pub struct PrefillGuard {
 
 impl PrefillGuard {
     pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
-        replica.pending_prefill.fetch_add(tokens, Ordering::Relaxed);
+        let before = replica.pending_prefill.fetch_add(tokens, Ordering::Relaxed);
+        if tokens > 0 {
+            let work_us = tokens as f64 * replica.ttft.lock().cautious_per_token_s() * 1e6;
+            let now = epoch_us(Instant::now());
+            // Nothing pending before this one: the clock starts now, whatever it said (the
+            // engine may have been quicker than the cost). Races with a guard dropped at the
+            // same moment only move the clock later, and the count bounds what it can say.
+            let _ = replica.prefill_done_at_us.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |done| {
+                    let start = if before == 0 { now } else { done.max(now) };
+                    Some(start.saturating_add(work_us.min(u64::MAX as f64) as u64))
+                },
+            );
+        }
         Self { replica, tokens }
     }
+}
+
+/// Microseconds from a process-wide epoch (the first call) to `at`; 0 before it.
+fn epoch_us(at: Instant) -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    at.saturating_duration_since(epoch)
+        .as_micros()
+        .min(u128::from(u64::MAX)) as u64
 }
 
 impl Drop for PrefillGuard {
@@ -451,17 +523,22 @@ impl ReplicaRegistry {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_replica_owing_first_bytes_past_their_allowance_is_stalled_until_one_comes() {
-        use crate::state::health::FirstByteOwed;
-        use std::time::{Duration, Instant};
-        let replica = Arc::new(ReplicaState::new(
+    /// A replica named r0 at an address nothing listens on.
+    fn test_replica() -> Arc<ReplicaState> {
+        Arc::new(ReplicaState::new(
             0,
             "r0",
             "http://127.0.0.1:1",
             http::uri::Authority::from_static("127.0.0.1:1"),
             TtftPrior::default(),
-        ));
+        ))
+    }
+
+    #[test]
+    fn a_replica_owing_first_bytes_past_their_allowance_is_stalled_until_one_comes() {
+        use crate::state::health::FirstByteOwed;
+        use std::time::{Duration, Instant};
+        let replica = test_replica();
         let h = &replica.health;
         let (t0, ms) = (Instant::now(), Duration::from_millis);
         let stalled = |at: Duration| h.is_stalled(t0 + at, "r0");
@@ -486,14 +563,68 @@ mod tests {
     }
 
     #[test]
+    fn pending_prefill_counts_what_is_left_of_it_by_the_prefill_clock() {
+        use std::time::Duration;
+        let replica = test_replica();
+        let per_token = replica.ttft.lock().cautious_per_token_s();
+        let at = Instant::now();
+        let long = PrefillGuard::new(replica.clone(), 4000);
+        // Just sent: all of it is ahead (the clock ran a moment since, hence the margin).
+        assert_eq!(replica.pending_prefill_left(at, per_token), 4000);
+        // Half its prefill time later, about half is left; the count still says all.
+        let half = at + Duration::from_secs_f64(2000.0 * per_token);
+        let left = replica.pending_prefill_left(half, per_token);
+        assert!((2000..=2100).contains(&left), "{left}");
+        assert_eq!(replica.pending_prefill_tokens(), 4000);
+        // A second prompt queues behind what is left of the first.
+        let short = PrefillGuard::new(replica.clone(), 1000);
+        let left = replica.pending_prefill_left(half, per_token);
+        assert!((3000..=3100).contains(&left), "{left}");
+        // Past the clock: nothing left by it, though no first token has come yet.
+        let late = at + Duration::from_secs_f64(10_000.0 * per_token);
+        assert_eq!(replica.pending_prefill_left(late, per_token), 0);
+        // Never more than the count, and the count alone without a rate.
+        drop(long);
+        assert!(replica.pending_prefill_left(half, per_token) <= 1000);
+        assert_eq!(replica.pending_prefill_left(half, 0.0), 1000);
+        drop(short);
+        assert_eq!(replica.pending_prefill_left(at, per_token), 0);
+        // Nothing pending: the clock starts again from now, not from where it was (thousands of
+        // tokens' time ahead, had the engine been quicker than the clock).
+        let again = Instant::now();
+        let _again = PrefillGuard::new(replica.clone(), 100);
+        let after = again + Duration::from_secs_f64(1000.0 * per_token);
+        assert_eq!(replica.pending_prefill_left(after, per_token), 0);
+    }
+
+    #[test]
+    fn a_load_stays_fresh_for_four_stretched_scrape_pauses() {
+        use std::time::{Duration, Instant};
+        let replica = test_replica();
+        let at = Instant::now();
+        let load = EngineLoad {
+            running: 2.0,
+            waiting: 0.0,
+            kv_cache_usage: 0.5,
+        };
+        replica.set_engine_load(Some(load), at);
+        let stale_after = Duration::from_millis(300);
+        let later = at + Duration::from_millis(1000);
+        assert_eq!(replica.engine_load(later, stale_after), None);
+        replica.set_scrape_every(Duration::from_millis(75));
+        assert_eq!(replica.engine_load(later, stale_after), None);
+        replica.set_scrape_every(Duration::from_millis(400));
+        assert_eq!(replica.scrape_every(), Some(Duration::from_millis(400)));
+        assert_eq!(replica.engine_load(later, stale_after), Some(load));
+        assert_eq!(
+            replica.engine_load(at + Duration::from_millis(1700), stale_after),
+            None
+        );
+    }
+
+    #[test]
     fn guards_release_what_they_hold() {
-        let replica = Arc::new(ReplicaState::new(
-            0,
-            "r0",
-            "http://127.0.0.1:1",
-            http::uri::Authority::from_static("127.0.0.1:1"),
-            TtftPrior::default(),
-        ));
+        let replica = test_replica();
         let a = InflightGuard::new(replica.clone(), 300, 100);
         let a_prefill = PrefillGuard::new(replica.clone(), 100);
         let b = InflightGuard::new(replica.clone(), 50, 20);

@@ -115,7 +115,7 @@ pub fn completion(prompt: &str, max_tokens: u32) -> String {
 }
 
 #[allow(unused_imports)]
-pub use warmpath_testkit::metric;
+pub use warmpath_testkit::{has_metric, metric};
 
 pub async fn router_metrics(admin: SocketAddr) -> String {
     get(admin, "/metrics").await.expect("metrics").body

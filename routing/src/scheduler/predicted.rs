@@ -86,7 +86,7 @@ impl<'a> Predictor<'a> {
     /// throughput on the binding workload (tuning seeds 1-2). Both sides of the comparison use
     /// it, so on a slow fleet the queue ahead (its pending prefill) weighs more as well.
     pub(super) fn leave_cost(&self, c: &ReplicaView<'_>) -> f64 {
-        self.prior_cost_at(c, c.ttft.prior().per_token_s.max(c.ttft.per_token_s()))
+        self.prior_cost_at(c, c.ttft.cautious_per_token_s())
     }
 
     /// The prior's TTFT and repeated prefill, with prefill priced at `per_token_s`.

@@ -669,6 +669,7 @@ fn odd_inputs_still_decide() {
         placement: Placement {
             new_prefix_slack: f64::NAN,
             leave_factor: f64::NAN,
+            drain_pending_prefill: false,
         },
         consistent_hash: ConsistentHash {
             prefix_blocks: 0,
