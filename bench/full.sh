@@ -40,6 +40,14 @@ SCORE_SEEDS=${SCORE_SEEDS:-"31 32 33 34 35 36 37 38 39 40"}
 source bench/lib.sh
 committed_binaries bench/full.sh
 export SKIP_REPORT=1
+# llm-d's EPP: EPP_BIN, or built here by bench/llm-d-build.sh from LLMD_SNAPSHOT (a git directory
+# of llm-d/llm-d-router holding the pinned commit, e.g. what `fetch github:llm-d/llm-d-router`
+# returns) into EPP_OUT (default /work/peers/bin/epp).
+if [ -z "${EPP_BIN:-}" ] && [ -n "${LLMD_SNAPSHOT:-}" ]; then
+  EPP_BIN=${EPP_OUT:-/work/peers/bin/epp}
+  bash bench/llm-d-build.sh "$LLMD_SNAPSHOT" "$EPP_BIN"
+  export EPP_BIN
+fi
 mkdir -p "$RESULTS"
 if [ "$PARTS" = "$ALL_PARTS" ]; then
   rm -f "$RESULTS"/*.json "$RESULTS"/*.png "$RESULTS"/*.md "$RESULTS"/*.txt "$RESULTS"/*.yaml "$RESULTS"/smg-tuned-args "$RESULTS"/sglang-tuned-args
