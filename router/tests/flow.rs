@@ -572,7 +572,10 @@ async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_
     assert!(expired > 0, "the burst was all served in time? {served}");
     let m = router_metrics(s.router.admin_addr).await;
     let limit = metric(&m, "warmpath_replica_inflight_limit", &[("replica", "r0")]);
-    assert!((1.0..=24.0).contains(&limit), "learned bound {limit}: {m}");
+    // At most one doubling past the batch of 16: the bound grows while the router holds work
+    // back and the engine has no queue, and falls to the batch only once a queue has persisted
+    // over two scrapes; a burst may end (or a busy machine delay the scrapes) in between.
+    assert!((1.0..=32.0).contains(&limit), "learned bound {limit}: {m}");
     s.stop().await;
 }
 
