@@ -26,9 +26,12 @@ cluster-up:
 cluster-down:
 	bash e2e/cluster/down.sh
 
+# The last line checks warmpath-tokenize without its `hf` feature (no tokenizers, no chat
+# templates), as a library user may build it: the workspace build always turns it on.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -j $(JOBS) --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -j $(JOBS) -p warmpath-tokenize --no-default-features --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
