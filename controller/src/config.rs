@@ -244,6 +244,11 @@ mod tests {
         Config::from_lookup(|k| env.get(k).cloned(), || "host-1".into())
     }
 
+    /// The error `pairs` are refused with, as the controller prints it.
+    fn refused(pairs: &[(&str, &str)]) -> String {
+        parse(pairs).unwrap_err().to_string()
+    }
+
     #[test]
     fn reads_the_charts_variables() {
         let c = parse(&[
@@ -292,9 +297,7 @@ mod tests {
             ("WARMPATH_REPLICA_HOSTNAMES", "yes"),
             ("WARMPATH_MAX_TENANT_PRIORITY", "5000"),
         ] {
-            let e = parse(&[("WARMPATH_LEASE_NAMESPACE", "sys"), (k, v)])
-                .unwrap_err()
-                .to_string();
+            let e = refused(&[("WARMPATH_LEASE_NAMESPACE", "sys"), (k, v)]);
             assert!(e.contains(k), "{e}");
         }
     }
@@ -323,12 +326,10 @@ mod tests {
         assert!(cli()
             .try_get_matches_from(["warmpath-controller", "--no-such-flag"])
             .is_err());
-        let e = parse(&[
+        let e = refused(&[
             ("WARMPATH_LEASE_NAMESPACE", "sys"),
             ("WARMPATH_ADMIN_LISTEN", "x"),
-        ])
-        .unwrap_err()
-        .to_string();
+        ]);
         assert!(e.contains("--admin-listen (WARMPATH_ADMIN_LISTEN)"), "{e}");
     }
 
@@ -338,29 +339,23 @@ mod tests {
         assert!(c.watch_namespaces.is_empty());
         assert_eq!(c.identity, "host-1");
         assert_eq!(c.admin_listen.port(), 9091);
-        let e = parse(&[]).unwrap_err().to_string();
+        let e = refused(&[]);
         assert!(e.contains("WARMPATH_LEASE_NAMESPACE"), "{e}");
-        let e = parse(&[
+        let e = refused(&[
             ("WARMPATH_LEASE_NAMESPACE", "sys"),
             ("WARMPATH_LEASE_DURATION_SECONDS", "2"),
             ("WARMPATH_LEASE_RENEW_DEADLINE_SECONDS", "2"),
-        ])
-        .unwrap_err()
-        .to_string();
+        ]);
         assert!(e.contains("duration"), "{e}");
-        let e = parse(&[
+        let e = refused(&[
             ("WARMPATH_LEASE_NAMESPACE", "sys"),
             ("WARMPATH_LEASE_RETRY_PERIOD_SECONDS", "soon"),
-        ])
-        .unwrap_err()
-        .to_string();
+        ]);
         assert!(e.contains("WARMPATH_LEASE_RETRY_PERIOD_SECONDS"), "{e}");
-        let e = parse(&[
+        let e = refused(&[
             ("WARMPATH_LEASE_NAMESPACE", "sys"),
             ("WARMPATH_ADMIN_LISTEN", "nope"),
-        ])
-        .unwrap_err()
-        .to_string();
+        ]);
         assert!(e.contains("WARMPATH_ADMIN_LISTEN"), "{e}");
     }
 }

@@ -175,25 +175,12 @@ async fn installed_controller_and_router_work_with_the_charts_rbac_and_flags() {
     create_pod(&admin, &n, "llm-0", "llm").await;
     set_pod_ready(&admin, &n, "llm-0", pods.ips[0], true).await;
 
-    let mut last = Err("not asked yet".to_owned());
-    for _ in 0..300 {
-        last = try_get(admin_addr, "/readyz").await;
-        if matches!(last, Ok((200, _))) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let last = last.unwrap_or_else(|e| (0, e));
+    let last = get_until_ok(admin_addr, "/readyz", 300)
+        .await
+        .unwrap_or_else(|e| (0, e));
     assert_eq!(last.0, 200, "router never ready: {}", last.1);
     // The controller serves its admin endpoints where the chart's extraArgs said.
-    let mut answer = Err("not asked yet".to_owned());
-    for _ in 0..100 {
-        answer = try_get(controller_admin, "/healthz").await;
-        if matches!(answer, Ok((200, _))) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let answer = get_until_ok(controller_admin, "/healthz", 100).await;
     assert!(
         matches!(answer, Ok((200, _))),
         "controller admin at {controller_admin}: {answer:?}"

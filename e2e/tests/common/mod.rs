@@ -259,6 +259,23 @@ pub async fn try_get(addr: SocketAddr, path: &str) -> Result<(u16, String), Stri
     Ok((r.status, r.body))
 }
 
+/// [`try_get`] every 100 ms until it answers 200, at most `tries` times: the last answer.
+pub async fn get_until_ok(
+    addr: SocketAddr,
+    path: &str,
+    tries: usize,
+) -> Result<(u16, String), String> {
+    let mut last = Err("not asked yet".to_owned());
+    for _ in 0..tries {
+        last = try_get(addr, path).await;
+        if matches!(last, Ok((200, _))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    last
+}
+
 /// The Gateway API Inference Extension's InferencePool CRD (`e2e/fixtures/gie/`, taken from
 /// GIE's Go module), installed once it is served (the controller decides at start whether to
 /// watch GIE pools from discovery).

@@ -145,6 +145,7 @@ pub fn choose_among(
         .map(|c| c.replica.ttft.lock().clone())
         .collect();
     let hashes = &features.prompt.hashes;
+    let drain = table.config.scheduling.placement.drain_pending_prefill;
     let prompt_tokens = match &features.tokens {
         // Tokens before a multimodal item only: the item's own are not known here.
         Some(t) if features.media => u32::try_from(t.len()).map_or(u32::MAX, |n| {
@@ -202,7 +203,6 @@ pub fn choose_among(
             .iter()
             .map(|c| index.room(c.replica.id, capacity(c)))
             .collect();
-        let drain = table.config.scheduling.placement.drain_pending_prefill;
         let views: Vec<ReplicaView<'_>> = ready
             .iter()
             .zip(&models)
@@ -335,7 +335,8 @@ pub fn choose_among(
         prompt_tokens as u64 + max_tokens as u64,
         u64::from(uncached_tokens),
     );
-    let prefill = PrefillGuard::new(candidate.replica.clone(), u64::from(uncached_tokens));
+    let prefill =
+        PrefillGuard::counted(candidate.replica.clone(), u64::from(uncached_tokens), drain);
     Ok(Routed {
         candidate,
         decision,

@@ -4,8 +4,8 @@
 //! Saturated means no ready replica can take more without queueing inside its engine:
 //! - the router's own count of requests (or tokens) it has admitted for the model has reached
 //!   the bound per replica times the ready replicas, or the sum of the bounds learned from
-//!   their engines ([`crate::state::inflight_limit::learn_limit`]) (exact and instant: the admission itself counts, so a
-//!   burst cannot slip through between two scrapes), or
+//!   their engines ([`crate::state::inflight_limit::learn_limit`]) (exact and instant: the
+//!   admission itself counts, so a burst cannot slip through between two scrapes), or
 //! - every ready replica is past one of its own bounds: the router's in-flight requests or
 //!   tokens to it, or its engine's reported queue or KV use; an engine whose load series have
 //!   gone stale counts as past them (unknown load is not spare capacity), one that never

@@ -350,7 +350,26 @@ pub struct PrefillGuard {
 }
 
 impl PrefillGuard {
+    /// Counts `tokens` as pending prefill on `replica` until dropped.
     pub fn new(replica: Arc<ReplicaState>, tokens: u64) -> Self {
+        replica.pending_prefill.fetch_add(tokens, Ordering::Relaxed);
+        Self { replica, tokens }
+    }
+
+    /// [`Self::clocked`] when `clock` (`scheduling.placement.drain_pending_prefill`), else
+    /// [`Self::new`].
+    pub fn counted(replica: Arc<ReplicaState>, tokens: u64, clock: bool) -> Self {
+        if clock {
+            Self::clocked(replica, tokens)
+        } else {
+            Self::new(replica, tokens)
+        }
+    }
+
+    /// As [`Self::new`], and pushes the replica's prefill clock on by those tokens at its
+    /// cautious per-token cost (`scheduling.placement.drain_pending_prefill`, the only reader
+    /// of the clock: with it off, dispatch neither locks the TTFT model nor moves the clock).
+    pub fn clocked(replica: Arc<ReplicaState>, tokens: u64) -> Self {
         let before = replica.pending_prefill.fetch_add(tokens, Ordering::Relaxed);
         if tokens > 0 {
             let work_us = tokens as f64 * replica.ttft.lock().cautious_per_token_s() * 1e6;
@@ -568,7 +587,7 @@ mod tests {
         let replica = test_replica();
         let per_token = replica.ttft.lock().cautious_per_token_s();
         let at = Instant::now();
-        let long = PrefillGuard::new(replica.clone(), 4000);
+        let long = PrefillGuard::clocked(replica.clone(), 4000);
         // Just sent: all of it is ahead (the clock ran a moment since, hence the margin).
         assert_eq!(replica.pending_prefill_left(at, per_token), 4000);
         // Half its prefill time later, about half is left; the count still says all.
@@ -577,7 +596,7 @@ mod tests {
         assert!((2000..=2100).contains(&left), "{left}");
         assert_eq!(replica.pending_prefill_tokens(), 4000);
         // A second prompt queues behind what is left of the first.
-        let short = PrefillGuard::new(replica.clone(), 1000);
+        let short = PrefillGuard::clocked(replica.clone(), 1000);
         let left = replica.pending_prefill_left(half, per_token);
         assert!((3000..=3100).contains(&left), "{left}");
         // Past the clock: nothing left by it, though no first token has come yet.
@@ -592,7 +611,7 @@ mod tests {
         // Nothing pending: the clock starts again from now, not from where it was (thousands of
         // tokens' time ahead, had the engine been quicker than the clock).
         let again = Instant::now();
-        let _again = PrefillGuard::new(replica.clone(), 100);
+        let _again = PrefillGuard::clocked(replica.clone(), 100);
         let after = again + Duration::from_secs_f64(1000.0 * per_token);
         assert_eq!(replica.pending_prefill_left(after, per_token), 0);
     }

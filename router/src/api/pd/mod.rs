@@ -222,9 +222,10 @@ impl Split {
                 let this = match chosen {
                     Some(mut c) => {
                         // Back to prefilling here: count it again.
-                        c.routed.prefill = PrefillGuard::new(
+                        c.routed.prefill = PrefillGuard::counted(
                             c.routed.candidate.replica.clone(),
                             u64::from(c.routed.uncached_tokens),
+                            table.config.scheduling.placement.drain_pending_prefill,
                         );
                         c
                     }
