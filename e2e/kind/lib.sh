@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared settings of the kind scripts (sourced). Override with environment variables.
 set -euo pipefail
 KIND_CLUSTER="${KIND_CLUSTER:-warmpath}"
@@ -7,7 +8,9 @@ NAMESPACE="${NAMESPACE:-warmpath-system}"
 # Binaries to build into images; warmpath-sim serves as the model server behind the router.
 BINARIES="${BINARIES:-warmpath-router warmpath-controller warmpath-sim}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck disable=SC2034 # used by the scripts that source this file
 kind_dir="$repo/e2e/kind"
+# shellcheck disable=SC2034 # used by the scripts that source this file
 kubeconfig="${KIND_KUBECONFIG:-$repo/e2e/.cache/kind-$KIND_CLUSTER.kubeconfig}"
 
 need() {

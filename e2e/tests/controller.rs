@@ -442,8 +442,12 @@ async fn a_standby_takes_over_when_the_leader_dies_or_leaves() {
     // A fresh standby, then SIGTERM the leader: it releases the Lease, so the handover does
     // not wait for expiry.
     *leader = Some(ControllerProc::start(&ns, "ctl-c"));
-    // Let the newcomer sync its caches.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The newcomer's caches are synced (its readiness says so) before the leader goes.
+    let newcomer = leader.as_ref().expect("ctl-c");
+    wait_for("ctl-c's caches synced", || async {
+        (newcomer.admin_get("/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
     let termed_at = Instant::now();
     let status = standby
         .as_mut()
@@ -596,6 +600,8 @@ async fn hand_written_replicas_get_status_and_are_never_deleted() {
         condition_is(&r, "ResolvedRefs", "False").then_some(())
     })
     .await;
+    // A non-event: the replicas stay. The reconcile that marked tpu-vm-1 unresolved is the one
+    // that would have deleted it; a second to spare for anything later.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let names: Vec<String> = list_replicas(&c, &n)
         .await

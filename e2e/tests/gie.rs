@@ -167,7 +167,7 @@ async fn a_gie_pool_with_ready_pods_gets_traffic_through_the_router() {
         assert!(routed(&router).contains(&replica), "{replica}");
         seen.insert(replica);
     }
-    assert!(!seen.is_empty());
+    assert!(seen.len() >= 2, "6 distinct prompts all went to {seen:?}");
     let served_total: f64 = {
         let mut t = 0.0;
         for ip in &pods.ips {

@@ -673,16 +673,21 @@ async fn a_tenant_policy_in_another_namespace_cannot_take_a_key_or_header_or_rai
         "{cs:?}"
     );
 
-    // Raising the priority later changes nothing either.
+    // Raising the priority later changes nothing either, once the router has seen the change
+    // (its weight, which is not capped, says when).
     policies_b
         .patch(
             "acme",
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"priority": 999}})),
+            &Patch::Merge(serde_json::json!({"spec": {"priority": 999, "weight": 7}})),
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other_acme = format!("{b}/acme");
+    wait_for("the patched policy", Duration::from_secs(20), || {
+        table_policy(&router, &other_acme).is_some_and(|t| t.weight == 7)
+    })
+    .await;
     assert_eq!(
         tenant_of(&router, Some(other_key), None),
         Some(other_tenant)

@@ -115,7 +115,9 @@ async fn an_objectives_priority_orders_a_saturated_queue_and_follows_its_changes
     let addr = router.addr;
     let sends = [None, None, None, None, Some("chat")];
     let labels = sends.map(|o| o.unwrap_or("plain"));
-    let done = warmpath_testkit::finishing_order(&labels, |i| send_as(addr, sends[i])).await;
+    let done =
+        warmpath_testkit::finishing_order(router.admin_addr, &labels, |i| send_as(addr, sends[i]))
+            .await;
     let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
     for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{order:?}: {}", r.body);
@@ -132,8 +134,9 @@ async fn an_objectives_priority_orders_a_saturated_queue_and_follows_its_changes
         priority("chat") == Some(-1)
     })
     .await;
+    let arrived = warmpath_testkit::flow_arrivals(router.admin_addr).await;
     let holder = tokio::spawn(send_as(addr, None));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    warmpath_testkit::until_flow_arrivals(router.admin_addr, arrived + 1).await;
     let shed = send_as(addr, Some("chat")).await;
     assert_eq!(shed.status, 429, "{}", shed.body);
     assert_eq!(

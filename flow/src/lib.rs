@@ -24,7 +24,6 @@
 pub mod config;
 pub mod error;
 pub mod limits;
-mod lru;
 pub mod queue;
 pub mod reason;
 

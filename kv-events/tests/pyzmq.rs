@@ -32,14 +32,10 @@ impl Python {
             .status()
             .is_ok_and(|s| s.success());
         if !present {
-            let required = std::env::var("WARMPATH_PYZMQ_REQUIRED").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "WARMPATH_PYZMQ_REQUIRED=1 but python3 cannot import zmq (python3 -m pip install pyzmq)"
-            );
-            eprintln!(
-                "\n!!! SKIPPED: the libzmq interoperability test needs pyzmq \
-                 (python3 -m pip install pyzmq) !!!\n"
+            warmpath_testkit::optional::skip(
+                "the libzmq interoperability test",
+                "WARMPATH_PYZMQ_REQUIRED",
+                "python3 cannot import zmq (python3 -m pip install pyzmq)",
             );
             return None;
         }

@@ -4,7 +4,7 @@
 //! none is asked): each prompt's decision with every candidate's scores. The prompts are routed
 //! in order and remembered, so a prompt that repeats an earlier one's prefix shows the match.
 
-use crate::api::choose::{choose, Indexes};
+use crate::choice::{Choice, Indexes};
 use crate::config::{Config, Role};
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
@@ -98,22 +98,19 @@ pub fn report(
         });
         let body = serde_json::to_vec(&body).expect("JSON values serialize");
         // As the proxy parses a request (its tokenizer, its adapter's and salt's keys).
-        let features = crate::api::parse::features(
+        let features = crate::api::features::features(
             Endpoint::ChatCompletions,
             &body,
             &http::HeaderMap::new(),
             &table,
         )
         .map_err(|r| route_err(r.error))?;
-        let routed = choose(
-            &indexes,
-            &table,
-            &features,
-            &[],
-            crate::api::admission::Placement::Any,
-            i as u64,
-            true,
-        )
+        let routed = Choice {
+            seed: i as u64,
+            explain: true,
+            ..Choice::serving(&indexes, &table, &features).map_err(route_err)?
+        }
+        .choose()
         .map_err(route_err)?;
         let _ = writeln!(out, "\n{}. {prompt:?}", i + 1);
         if let Some(e) = &routed.explanation {

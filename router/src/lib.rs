@@ -5,8 +5,9 @@
 //! integration tests call in-process on port 0. The pieces, in the order a request meets them:
 //! [`server`] accepts; [`api`] is the request path, a tower stack with one concern per layer
 //! (request id, body read, parse, admission, retry, replica choice, P/D, passive health,
-//! forward) whose response bodies are wrapped by [`body`]; [`upstream`] pools connections to
-//! replicas. Around it: [`state`] holds the routing table and replica state, each piece with one
+//! forward) whose response bodies are wrapped by [`body`]; [`choice`] binds a request to a
+//! replica (for the proxy, the P/D split and the endpoint picker alike); [`upstream`] pools
+//! connections to replicas. Around it: [`state`] holds the routing table and replica state, each piece with one
 //! owner (its module doc has the table); [`sources`] feed it (file reload, Kubernetes watch,
 //! engine scrapes); [`admin`] serves metrics and probes; [`metrics`] names every series;
 //! [`endpoint_picker`] offers the same choices to a Gateway over Envoy's ext_proc.
@@ -17,12 +18,14 @@ pub mod api;
 mod backoff;
 pub mod body;
 pub mod check;
+pub mod choice;
 pub mod config;
 pub mod decisions;
 pub mod endpoint_picker;
 pub mod errors;
 pub mod flow;
 pub mod metrics;
+pub mod pd_wire;
 pub mod peers;
 pub mod request;
 pub mod server;
@@ -40,7 +43,7 @@ use crate::config::Config;
 use crate::errors::StartError;
 use crate::flow::FlowControl;
 use crate::metrics::{Metrics, ResultLabels};
-use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::index::{RouterIndex, SharedIndex};
 use crate::state::publish::{Publisher, TableReader, Update, Updates};
 use crate::state::table::Table;
@@ -297,32 +300,34 @@ pub async fn start_with(
             Arc::new(flow)
         }
     };
-    // The endpoint picker chooses with the proxy's own state: one index, one set of counters.
+    // The endpoint picker chooses with the proxy's own chooser: one index, one set of counters,
+    // one decision log.
+    let chooser = Arc::new(choice::Chooser::new(
+        choice::Indexes {
+            approx: index.clone(),
+            precise,
+            sessions: sessions.clone(),
+            peers,
+        },
+        metrics.clone(),
+        decisions.clone(),
+    ));
     let picker_parts = endpoint_picker::Parts {
         tables: tables.clone(),
         metrics: metrics.clone(),
-        indexes: api::choose::Indexes {
-            approx: index.clone(),
-            precise: precise.clone(),
-            sessions: sessions.clone(),
-            peers: peers.clone(),
-        },
+        chooser: chooser.clone(),
         admission: admission.clone(),
-        decisions: decisions.clone(),
         tokenize: tokenize.clone(),
     };
     let api = api::stack(api::StackParts {
         tables: tables.clone(),
         metrics: metrics.clone(),
         index: index.clone(),
-        precise,
-        sessions: sessions.clone(),
-        peers,
+        chooser,
         discovery: discovery.clone(),
         admission,
         body_budget_bytes,
         stall_watch: stall_watch.clone(),
-        decisions: decisions.clone(),
         tokenize,
     });
     let admin = admin::service(admin::AdminState {

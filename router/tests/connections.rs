@@ -36,11 +36,14 @@ async fn silent_and_half_spoken_connections_are_closed_after_the_client_timeout(
         c.write_all(opening).await.unwrap();
         let started = Instant::now();
         let (_, closed) = read_until_closed(&mut c, Duration::from_secs(5)).await;
+        let held = started.elapsed();
+        let opening = String::from_utf8_lossy(opening);
+        assert!(closed, "held open for {held:?} after {opening:?}");
+        // Closed by the timeout (300 ms from the accept, a moment before `started`), not at
+        // once: the client had time to go on.
         assert!(
-            closed,
-            "held open for {:?} after {:?}",
-            started.elapsed(),
-            String::from_utf8_lossy(opening)
+            held >= Duration::from_millis(200),
+            "closed after {held:?}, before the client timeout, after {opening:?}"
         );
     }
     let r = post(
@@ -59,7 +62,11 @@ async fn connections_beyond_the_limit_are_answered_503_and_slots_come_back() {
     wait_ready(s.router.admin_addr).await;
     let a = TcpStream::connect(s.router.addr).await.unwrap();
     let b = TcpStream::connect(s.router.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both accepted and counted before the third comes.
+    until_metric(s.router.admin_addr, "warmpath_connections_open", &[], |v| {
+        v >= 2.0
+    })
+    .await;
     let mut c = TcpStream::connect(s.router.addr).await.unwrap();
     let (answer, closed) = read_until_closed(&mut c, Duration::from_secs(5)).await;
     let answer = String::from_utf8_lossy(&answer);
@@ -101,7 +108,8 @@ async fn connections_beyond_the_limit_are_answered_503_and_slots_come_back() {
 async fn leaving_fails_readiness_first_keeps_accepting_then_lets_streams_finish() {
     // Decode steps of 20 ms: a 60-token stream takes over a second.
     let mut sim = sim(&["--decode-base-ms", "20"]).await;
-    let extra = "shutdown:\n  accept_ms: 600\n  drain_ms: 10000\n";
+    // Accepting for 2 s after readiness fails: time for the request below on a busy machine.
+    let extra = "shutdown:\n  accept_ms: 2000\n  drain_ms: 10000\n";
     let router = router(&config_yaml("tiny", &sim.addrs(), extra)).await;
     wait_ready(router.admin_addr).await;
     let (addr, admin) = (router.addr, router.admin_addr);
@@ -109,12 +117,18 @@ async fn leaving_fails_readiness_first_keeps_accepting_then_lets_streams_finish(
         "stream": true})
     .to_string();
     let long = tokio::spawn(async move { send(addr, "POST", "/v1/completions", &[], body).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_in_flight(admin, 1.0).await;
     let leaving = tokio::spawn(router.drain());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Not ready at once, so that load balancers stop sending…
-    let ready = get(admin, "/readyz").await.unwrap();
-    assert_eq!(ready.status, 503, "{}", ready.body);
+    // Not ready first, so that load balancers stop sending…
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ready = get(admin, "/readyz").await.unwrap();
+        if ready.status == 503 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still ready: {}", ready.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // …while what they still send on new connections is served.
     let r = post(addr, "/v1/completions", &completion("one more", 1)).await;
     assert_eq!(r.status, 200, "{}", r.body);

@@ -243,13 +243,13 @@ async fn a_stream_waiting_on_a_hung_replica_is_taken_back_and_answered_elsewhere
     // Healed, it is a candidate again once its backoff is over.
     let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"clear": true}"#).await;
     assert_eq!(r.status, 200);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let m = router_metrics(s.router.admin_addr).await;
-    assert_eq!(
-        metric(&m, "warmpath_replica_ready", &[("replica", &hung)]),
-        1.0,
-        "{m}"
-    );
+    until_metric(
+        s.router.admin_addr,
+        "warmpath_replica_ready",
+        &[("replica", &hung)],
+        |v| v == 1.0,
+    )
+    .await;
     let r = post(addr, "/v1/completions", &stream("again")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     s.stop().await;
@@ -262,8 +262,8 @@ async fn a_stream_waiting_on_a_hung_replica_is_taken_back_and_answered_elsewhere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_hung_engine_of_four_loses_at_most_two_of_80_concurrent_requests() {
     let s = Setup::new(&["--replicas", "4"], "").await;
-    // Two scrapes, so that the engines' token counts are known before the burst.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two scrapes of each, so that the engines' token counts are known before the burst.
+    until_scraped(s.router.admin_addr, 8.0).await;
     let r = post(s.replica_addr("r0"), "/admin/faults", r#"{"hang": true}"#).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let addr = s.router.addr;
@@ -742,7 +742,8 @@ async fn bodies_held_at_once_are_bounded() {
             tokio::spawn(async move { send(a, "POST", "/v1/completions", &[], body).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both read whole and sent on (their answers come after a second).
+    until_in_flight(rt.admin_addr, 2.0).await;
     let r = post(rt.addr, "/v1/completions", &big(9)).await;
     r.assert_error(503, "overloaded");
     assert_eq!(r.header("retry-after"), Some("1"));

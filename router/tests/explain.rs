@@ -247,6 +247,33 @@ fn check_routes_sample_prompts_and_refuses_a_broken_file() {
         .filter(|l| l.trim_start().starts_with("→ ") && l.contains('('))
         .collect();
     assert_eq!(decisions.len(), 2, "{stdout}");
+    // Every replica of the demo (sim-0..3) scored for each prompt, one chosen each time; the
+    // second prompt, the same as the first, follows it (the check remembers what it routed).
+    let scored: Vec<&str> = stdout
+        .lines()
+        .map(|l| l.trim_start().trim_start_matches("→ "))
+        // Candidate rows: not the configuration's replica lines (their URLs), nor the decision
+        // lines (`→ sim-N (reason; …)`).
+        .filter(|l| l.starts_with("sim-") && !l.contains("http://"))
+        .filter(|l| !l.contains('(') && !l.contains("not considered"))
+        .collect();
+    assert_eq!(scored.len(), 8, "{stdout}");
+    for i in 0..4 {
+        let name = format!("sim-{i} ");
+        assert_eq!(
+            scored.iter().filter(|l| l.starts_with(&name)).count(),
+            2,
+            "{stdout}"
+        );
+    }
+    let chosen: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.contains('('))
+        .filter_map(|l| l.trim_start().strip_prefix("→ sim-"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(chosen.len(), 2, "{stdout}");
+    assert_eq!(chosen[0], chosen[1], "{stdout}");
     let dir = std::env::temp_dir().join(format!("warmpath-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.yaml");

@@ -223,11 +223,15 @@ async fn untrusted_peers_cannot_name_a_tenant() {
     s.stop().await;
 }
 
-/// Completion order of requests sent 15 ms apart, each by its tenant.
-async fn run_all(addr: SocketAddr, sends: &[(&'static str, u32)]) -> Vec<(String, Reply, Instant)> {
+/// Completion order of requests sent one after another, each by its tenant.
+async fn run_all(s: &Setup, sends: &[(&'static str, u32)]) -> Vec<(String, Reply, Instant)> {
     let tenants: Vec<&str> = sends.iter().map(|(t, _)| *t).collect();
     let sends = sends.to_vec();
-    finishing_order(&tenants, |i| as_tenant(addr, sends[i].0, sends[i].1)).await
+    let addr = s.router.addr;
+    finishing_order(s.router.admin_addr, &tenants, |i| {
+        as_tenant(addr, sends[i].0, sends[i].1)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -235,11 +239,7 @@ async fn a_saturated_pool_queues_and_serves_tenants_fairly() {
     let s = Setup::new(SLOW_SIM, &flow_yaml("")).await;
     // `a` sends four requests before `b` sends one. Without fairness `b` would finish last;
     // with it, `b` goes as soon as `a` has had its turn.
-    let done = run_all(
-        s.router.addr,
-        &[("a", 40), ("a", 40), ("a", 40), ("a", 40), ("b", 40)],
-    )
-    .await;
+    let done = run_all(&s, &[("a", 40), ("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
     let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
     for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{}", r.body);
@@ -275,7 +275,7 @@ async fn a_light_tenant_uses_the_headroom_beside_a_flood() {
     let s = Setup::new(SLOW_SIM, &yaml).await;
     // `a` holds the one regular slot and queues two more; `b`, with nothing in flight, starts
     // at once in the headroom instead of waiting for a's first request to end.
-    let done = run_all(s.router.addr, &[("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
+    let done = run_all(&s, &[("a", 40), ("a", 40), ("a", 40), ("b", 40)]).await;
     let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
     let b = order.iter().position(|n| *n == "b3").unwrap();
     assert!(b <= 1, "b waited for a slot: {order:?}");
@@ -308,7 +308,7 @@ async fn higher_priority_goes_first_and_sheddable_work_is_refused() {
     );
     let s = Setup::new(SLOW_SIM, &yaml).await;
     let done = run_all(
-        s.router.addr,
+        &s,
         &[
             ("low", 40),
             ("low", 40),
@@ -338,7 +338,7 @@ async fn full_queues_refuse_and_waiting_too_long_expires() {
     let s = Setup::new(SLOW_SIM, &yaml).await;
     // The first runs ~400 ms; the second waits and expires at 300 ms; the third finds a's
     // queue share (1) full.
-    let done = run_all(s.router.addr, &[("a", 80), ("a", 80), ("a", 80)]).await;
+    let done = run_all(&s, &[("a", 80), ("a", 80), ("a", 80)]).await;
     let by_name = |n: &str| &done.iter().find(|(m, _, _)| m == n).unwrap().1;
     assert_eq!(by_name("a0").status, 200);
     dropped(by_name("a2"), "queue-full", "rejected-saturated");
@@ -351,7 +351,7 @@ async fn a_queued_request_whose_client_leaves_leaves_the_queue() {
     let s = Setup::new(SLOW_SIM, &flow_yaml("")).await;
     let addr = s.router.addr;
     let first = tokio::spawn(async move { as_tenant(addr, "a", 80).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_in_flight(s.router.admin_addr, 1.0).await;
     // Give up on the second one after 100 ms: it is still queued then.
     let gave_up = tokio::time::timeout(Duration::from_millis(100), as_tenant(addr, "a", 80)).await;
     assert!(gave_up.is_err(), "it should still have been waiting");
@@ -404,7 +404,10 @@ async fn a_high_priority_objective_goes_before_earlier_low_ones_of_the_same_tena
     let sends = [
         "later", "later", "later", "later", "chat", "offline", "nonesuch",
     ];
-    let done = finishing_order(&sends, |i| with_objective(addr, "a", sends[i])).await;
+    let done = finishing_order(s.router.admin_addr, &sends, |i| {
+        with_objective(addr, "a", sends[i])
+    })
+    .await;
     let order: Vec<&str> = done.iter().map(|(n, _, _)| n.as_str()).collect();
     for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{order:?}: {}", r.body);
@@ -445,7 +448,7 @@ async fn a_negative_objective_is_shed_when_saturated() {
     let s = Setup::new(SLOW_SIM, &yaml).await;
     let addr = s.router.addr;
     let first = tokio::spawn(async move { as_tenant(addr, "a", 40).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_in_flight(s.router.admin_addr, 1.0).await;
     let shed = with_objective(addr, "a", "offline").await;
     dropped(&shed, "saturated", "rejected-saturated");
     assert!(shed.body.contains("priority -1"), "{}", shed.body);
@@ -468,11 +471,7 @@ async fn queued_work_over_its_share_waits_for_pending_prefills() {
     // `b` and `a` each hold a long request (about 2 s), a2 takes the third slot and a3 queues.
     // When a2 ends, a slot is free but a3 (a at its share of the slots: one of three, with b)
     // is held by the two pending prefills until they end.
-    let done = run_all(
-        s.router.addr,
-        &[("b", 400), ("a", 400), ("a", 40), ("a", 40)],
-    )
-    .await;
+    let done = run_all(&s, &[("b", 400), ("a", 400), ("a", 40), ("a", 40)]).await;
     for (_, r, _) in &done {
         assert_eq!(r.status, 200, "{}", r.body);
     }
@@ -522,7 +521,7 @@ async fn a_burst_at_one_slow_replica_is_answered_within_the_ttl_and_one_service_
     )
     .await;
     // A few scrapes: the engine has reported its (idle) load before the burst.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_scraped(s.router.admin_addr, 3.0).await;
     let addr = s.router.addr;
     let sends: Vec<_> = (0..600u64)
         .map(|i| {
@@ -598,7 +597,7 @@ async fn the_learned_bound_grows_toward_a_large_batch_through_waves_of_requests(
         "flow:\n  enabled: true\n  queue: { ttl_ms: 30000 }\n",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_scraped(s.router.admin_addr, 3.0).await;
     let addr = s.router.addr;
     let mut limits = Vec::new();
     for wave in 0..4u64 {

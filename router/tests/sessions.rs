@@ -112,10 +112,18 @@ async fn a_forged_token_is_ignored() {
     let (_, tag) = token.split_once('.').unwrap();
     use base64::Engine as _;
     let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-    let target = if first.replica() == "r0" { "r1" } else { "r0" };
-    // Aiming at another replica: with a stolen tag, and unsigned (llm-d's plain form).
-    for (seed, forged) in [(2, format!("{}.{tag}", b64(target))), (3, b64(target))] {
-        turn(a, seed, &[("x-session-token", &forged)]).await;
+    // A prompt sent once is held where it went; sent again with a token that names another
+    // replica, with a stolen tag or unsigned (llm-d's plain form). Honoured, the token would
+    // take it there (nothing is busier there); ignored, the prompt goes where its prefix is.
+    for (seed, signed) in [(2, true), (3, false)] {
+        let warm = turn(a, seed, &[]).await.replica();
+        let target = if warm == "r0" { "r1" } else { "r0" };
+        let forged = match signed {
+            true => format!("{}.{tag}", b64(target)),
+            false => b64(target),
+        };
+        let again = turn(a, seed, &[("x-session-token", &forged)]).await;
+        assert_eq!(again.replica(), warm, "a forged token sent it to {target}");
     }
     let m = router_metrics(rs[0].admin_addr).await;
     let count = |result| metric(&m, "warmpath_session_affinity_total", &[("result", result)]);

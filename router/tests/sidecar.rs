@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
-use warmpath_router::api::pd::nixl;
 use warmpath_router::config::PrefillFailure;
+use warmpath_router::pd_wire::nixl;
 use warmpath_router::sidecar::{self, AllowList, CidrPorts, SidecarHandle, SidecarOptions};
 use warmpath_testkit::{completion_answer, nixl_prefill_answer, Recorder};
 
@@ -543,10 +543,12 @@ async fn a_client_that_leaves_during_the_prefill_cancels_the_decode() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(pre.requests().len(), 1, "the prefill leg was sent");
+    let asked = std::time::Instant::now();
     client.abort();
     assert!(client.await.unwrap_err().is_cancelled());
-    // Past the prefill's answer: a decode that was not cancelled would have been sent by now.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A non-event: past the prefill's answer (1 s after it was asked), a decode that was not
+    // cancelled would have been sent.
+    tokio::time::sleep_until((asked + Duration::from_millis(1500)).into()).await;
     assert!(eng.requests().is_empty(), "no decode after the client left");
     let m = sidecar_metrics(&sc).await;
     assert_eq!(

@@ -69,14 +69,10 @@ fn browser_paths() -> Option<(String, String)> {
     if std::path::Path::new(&chromium).exists() && std::path::Path::new(&driver).exists() {
         return Some((chromium, driver));
     }
-    let required = std::env::var("WARMPATH_BROWSER_REQUIRED").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "WARMPATH_BROWSER_REQUIRED=1 but {chromium} or {driver} is missing (apt-get install chromium chromium-driver)"
-    );
-    eprintln!(
-        "\n!!! SKIPPED: the status page's browser test needs {chromium} and {driver} \
-         (apt-get install chromium chromium-driver) !!!\n"
+    warmpath_testkit::optional::skip(
+        "the status page's browser test",
+        "WARMPATH_BROWSER_REQUIRED",
+        &format!("{chromium} or {driver} is missing (apt-get install chromium chromium-driver)"),
     );
     None
 }

@@ -42,7 +42,11 @@ async fn the_openai_python_client_works() {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !has_openai {
-        eprintln!("\n*** SKIPPED the_openai_python_client_works: python3 with `openai` not found (pip install openai) ***\n");
+        warmpath_testkit::optional::skip(
+            "the_openai_python_client_works",
+            "WARMPATH_OPENAI_REQUIRED",
+            "python3 with `openai` not found (python3 -m pip install openai)",
+        );
         return;
     }
     let s = sim(&["--timing", "zero"]).await;

@@ -2,10 +2,12 @@
 //! plain HTTP/1 client over loopback that returns the whole reply, or a readable error,
 //! always within a time limit; and a [`Recorder`], a server that keeps every request it gets,
 //! for tests about the exact bytes a proxy sends; and a Gateway's ext_proc client
-//! ([`ext_proc`]). Used only by tests.
+//! ([`ext_proc`]); and how a test of an optional dependency skips ([`optional`]). Used only by
+//! tests.
 #![forbid(unsafe_code)]
 
 pub mod ext_proc;
+pub mod optional;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,25 +20,29 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Send requests 15 ms apart in the order given (`send(i)` is the i-th) and return their
-/// labels (`label` and the index, `"a0"`), replies and the instants they finished, in the order
-/// they finished: for tests of the order a queue serves them in.
+/// Send requests one after another in the order given (`send(i)` is the i-th), each once the
+/// router whose admin listener is `admin` has seen the one before arrive at flow control
+/// ([`flow_arrivals`]), and return their labels (`label` and the index, `"a0"`), replies and the
+/// instants they finished, in the order they finished: for tests of the order a queue serves
+/// them in, on however busy a machine.
 pub async fn finishing_order<Fut>(
+    admin: SocketAddr,
     labels: &[&str],
     send: impl Fn(usize) -> Fut,
 ) -> Vec<(String, Reply, std::time::Instant)>
 where
     Fut: std::future::Future<Output = Reply> + Send + 'static,
 {
+    let before = flow_arrivals(admin).await;
     let mut tasks = Vec::new();
     for (i, label) in labels.iter().enumerate() {
         let request = send(i);
         let name = format!("{label}{i}");
         tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
             let reply = request.await;
             (name, reply, std::time::Instant::now())
         }));
+        until_flow_arrivals(admin, before + i + 1).await;
     }
     let mut done = Vec::new();
     for t in tasks {
@@ -44,6 +50,38 @@ where
     }
     done.sort_by_key(|(_, _, at)| *at);
     done
+}
+
+/// Requests flow control of the router whose admin listener is `admin` has seen in all:
+/// dispatched, queued or refused (a sum that only grows).
+pub async fn flow_arrivals(admin: SocketAddr) -> usize {
+    let page = send(admin, "GET", "/metrics", &[], "", Duration::from_secs(5))
+        .await
+        .expect("the router's metrics")
+        .body;
+    let seen = metric(&page, "warmpath_flow_dispatched_total", &[])
+        + metric(&page, "warmpath_flow_refused_total", &[])
+        + metric(&page, "warmpath_flow_queued_requests", &[]);
+    seen as usize
+}
+
+/// Until [`flow_arrivals`] reaches `n`, for at most 10 s.
+///
+/// # Panics
+/// When it has not by then.
+pub async fn until_flow_arrivals(admin: SocketAddr, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = flow_arrivals(admin).await;
+        if seen >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flow control saw {seen} of {n} requests"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A loopback port nothing listens on now (the OS's pick, released for a process to bind).

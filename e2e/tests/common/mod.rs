@@ -248,6 +248,21 @@ pub async fn served(addr: SocketAddr) -> f64 {
     warmpath_testkit::metric(&text, "vllm:request_success_total", &[])
 }
 
+/// The tenant policy named `name` (`namespace/name`) as the router's table holds it.
+pub fn table_policy(
+    router: &RouterHandle,
+    name: &str,
+) -> Option<warmpath_router::config::TenantPolicyConfig> {
+    let table = router.table();
+    table
+        .config
+        .tenants
+        .policies
+        .iter()
+        .find(|t| t.name == name)
+        .cloned()
+}
+
 /// GET `path` from `addr`: status and body.
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     try_get(addr, path).await.expect("GET")

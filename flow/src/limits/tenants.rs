@@ -9,10 +9,10 @@
 //! bounded, and that many limited tenants in flight at once means the bound is set too low.
 
 use super::{Limit, LimitPermit, Limits, Refusal};
-use crate::lru::{LruList, NIL};
 use crate::{ConfigError, LimitersConfig, TenantLimitsConfig};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use warmpath_lru::{LruOrder, NIL};
 
 /// Held by an admitted request; give it back to [`TenantLimiters::release`].
 #[derive(Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub struct TenantLimiters {
     free: Vec<u32>,
     by_name: HashMap<Box<str>, u32>,
     /// Tracked tenants with nothing in flight, least recently used first.
-    unpinned: LruList,
+    unpinned: LruOrder,
 }
 
 impl TenantLimiters {
@@ -63,7 +63,7 @@ impl TenantLimiters {
             slots: Vec::new(),
             free: Vec::new(),
             by_name: HashMap::new(),
-            unpinned: LruList::new(),
+            unpinned: LruOrder::new(),
         })
     }
 
@@ -115,7 +115,7 @@ impl TenantLimiters {
             }
             Err(refusal) => {
                 if tracked.limits.in_flight() == 0 {
-                    self.unpinned.push_back(i);
+                    self.unpinned.push_newest(i);
                 }
                 Err(refusal)
             }
@@ -141,7 +141,7 @@ impl TenantLimiters {
         };
         tracked.limits.release(permit, actual_tokens);
         if tracked.limits.in_flight() == 0 {
-            self.unpinned.push_back(i);
+            self.unpinned.push_newest(i);
         }
     }
 
@@ -152,7 +152,7 @@ impl TenantLimiters {
         now: Instant,
     ) -> Result<u32, Refusal> {
         if self.by_name.len() >= self.max_tenants {
-            let Some(oldest) = self.unpinned.front() else {
+            let Some(oldest) = self.unpinned.oldest() else {
                 return Err(Refusal {
                     limit: Limit::Tenants,
                     retry_after: Duration::from_secs(1),

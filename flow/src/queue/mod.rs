@@ -61,12 +61,12 @@ mod props;
 #[cfg(test)]
 mod tests;
 
-use crate::lru::{LruList, NIL};
 use crate::{ConfigError, FlowQueueConfig, Reason};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use warmpath_lru::{LruOrder, NIL};
 
 /// The most tokens one request is charged (at dispatch or after correction). Far above any
 /// context window; it keeps one absurd cost from swamping the counters' precision.
@@ -322,7 +322,7 @@ pub struct FlowQueue<T> {
     free_tenants: Vec<u32>,
     tenant_ids: HashMap<Arc<str>, u32>,
     /// Tenants with nothing queued, least recently idle first.
-    idle: LruList,
+    idle: LruOrder,
     flows: Vec<Option<Flow>>,
     free_flows: Vec<u32>,
     bands: BTreeMap<i32, Band>,
@@ -344,7 +344,7 @@ impl<T> FlowQueue<T> {
             tenants: Vec::new(),
             free_tenants: Vec::new(),
             tenant_ids: HashMap::new(),
-            idle: LruList::new(),
+            idle: LruOrder::new(),
             flows: Vec::new(),
             free_flows: Vec::new(),
             bands: BTreeMap::new(),
@@ -460,7 +460,7 @@ impl<T> FlowQueue<T> {
         if t_bytes.saturating_add(bytes) > c.max_bytes_per_tenant {
             refuse!(Bound::TenantBytes);
         }
-        if existing.is_none() && self.tenant_ids.len() >= c.max_tenants && self.idle.len() == 0 {
+        if existing.is_none() && self.tenant_ids.len() >= c.max_tenants && self.idle.is_empty() {
             refuse!(Bound::Tenants);
         }
         let over_entries = self.entries >= c.max_entries;
@@ -768,7 +768,7 @@ impl<T> FlowQueue<T> {
         tenant.bytes -= node.bytes;
         let name = tenant.name.clone();
         if tenant.entries == 0 {
-            self.idle.push_back(t);
+            self.idle.push_newest(t);
         }
         if drained {
             self.trim_idle_flows(t, f);
@@ -794,7 +794,7 @@ impl<T> FlowQueue<T> {
     fn add_tenant(&mut self, name: &str) -> u32 {
         if self.tenant_ids.len() >= self.config.max_tenants {
             // The caller checked that an idle tenant exists.
-            if let Some(oldest) = self.idle.front() {
+            if let Some(oldest) = self.idle.oldest() {
                 self.forget(oldest);
             }
         }
@@ -918,7 +918,7 @@ impl<T> FlowQueue<T> {
     /// Forget the longest-idle tenant if nothing it did can matter any more (module
     /// documentation, "Memory"). One check per operation keeps it O(1).
     fn prune_idle(&mut self) {
-        let Some(t) = self.idle.front() else { return };
+        let Some(t) = self.idle.oldest() else { return };
         let tenant = self.tenant(t);
         if tenant.in_flight == 0 && tenant.flows.iter().all(|&f| self.flow_is_spent(f)) {
             self.forget(t);

@@ -11,7 +11,7 @@ pub use status::Status;
 use crate::api::readiness::readiness;
 use crate::errors::{full_body, text, ApiError, RespBody};
 use crate::metrics::{Metrics, ReplicaLabels};
-use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::index::{SharedIndex, SharedPrecise};
 use crate::state::publish::TableReader;
 use crate::state::replica::Replicas;
@@ -157,43 +157,52 @@ fn refresh_gauges(state: &AdminState) {
         let mut index = state.index.lock();
         (index.stats(), index.pending().blocks())
     };
-    m.kv_pending_blocks.set(pending as i64);
-    m.sessions.set(state.sessions.map.lock().len() as i64);
+    m.index.kv_pending_blocks.set(pending as i64);
+    m.choice
+        .sessions
+        .set(state.sessions.map.lock().len() as i64);
     let precise = state.precise.lock().stats();
-    m.kv_index_entries.set(precise.entries as i64);
-    m.kv_index_bytes.set(precise.bytes as i64);
-    m.index_bytes.set(stats.bytes as i64);
-    m.index_capacity_bytes.set(stats.capacity_bytes as i64);
-    m.index_entries.set(stats.entries as i64);
-    m.index_evictions
+    m.index.kv_entries.set(precise.entries as i64);
+    m.index.kv_bytes.set(precise.bytes as i64);
+    m.index.bytes.set(stats.bytes as i64);
+    m.index.capacity_bytes.set(stats.capacity_bytes as i64);
+    m.index.entries.set(stats.entries as i64);
+    m.index
+        .evictions
         .set(stats.evictions.min(i64::MAX as u64) as i64);
-    let queried = m.prefix_blocks_queried.get();
+    let queried = m.index.blocks_queried.get();
     if queried > 0 {
-        m.prefix_hit_ratio
-            .set(m.prefix_blocks_matched.get() as f64 / queried as f64);
+        m.index
+            .hit_ratio
+            .set(m.index.blocks_matched.get() as f64 / queried as f64);
     }
     let now = Instant::now();
     for r in state.replicas.snapshot() {
         let labels = ReplicaLabels {
             replica: r.name.clone(),
         };
-        m.inflight
+        m.replicas
+            .inflight
             .get_or_create(&labels)
             .set(r.inflight_requests() as i64);
         if let Some(limit) = r.learned_inflight_limit() {
-            m.inflight_limit
+            m.replicas
+                .inflight_limit
                 .get_or_create(&labels)
                 .set(i64::from(limit));
         }
         if let Some(every) = r.scrape_every() {
-            m.scrape_interval
+            m.replicas
+                .scrape_interval
                 .get_or_create(&labels)
                 .set(every.as_secs_f64());
         }
-        m.ready
+        m.replicas
+            .ready
             .get_or_create(&labels)
             .set((r.health.is_ready(now) && !r.health.is_stalled(now, &r.name)) as i64);
-        m.prefill_per_token
+        m.replicas
+            .prefill_per_token
             .get_or_create(&labels)
             .set(r.ttft.lock().per_token_s());
     }

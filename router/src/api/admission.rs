@@ -8,6 +8,7 @@
 //! ends), so a flow controller can count what is in flight, and hears what the request used.
 
 use super::{Admitted, Parsed, StageFuture};
+use crate::choice::Placement;
 use crate::errors::{ApiError, RespBody};
 use crate::state::table::Table;
 use crate::tenants::{Identity, PeerAddr, Tenant};
@@ -49,25 +50,6 @@ pub trait Held: Send + Sync {
     fn placement(&self) -> Placement {
         Placement::Any
     }
-}
-
-/// What flow control asks of the replica choice for one request, so that a light tenant's
-/// prefill shares its engine step with as little backlog prefill as possible: pending prefill
-/// tokens are counted per replica (prompt tokens sent there with no first token yet), and
-/// admission only bounds the pool's total.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
-    /// No rule: the scheduler's choice.
-    #[default]
-    Any,
-    /// A tenant under its fair share: among the replicas with room, only those where the least
-    /// prefill work would be ahead of or with this request's first token (pending prefill
-    /// tokens plus its own uncached ones), then the scheduler's choice among them.
-    LeastPrefill,
-    /// A tenant at or over its share, with `max_pending_prefill_tokens` set: only replicas with
-    /// fewer pending prefill tokens than this, while any has (otherwise all; admission's pool
-    /// bound makes that rare).
-    PrefillBelow(u64),
 }
 
 /// Held for the life of an admitted request; released when its response ends (the last clone

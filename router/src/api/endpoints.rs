@@ -8,7 +8,7 @@ use super::{Ctx, Incoming, Rejection};
 use crate::errors::{full_body, ApiError, RespBody};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::request::Endpoint;
-use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::publish::TableReader;
 use futures_util::future::Either;
 use http::{header, HeaderValue, Method, Request, Response};

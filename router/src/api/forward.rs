@@ -3,20 +3,22 @@
 //! [`crate::body`]: idle timeout, first chunk (TTFT, prefill done), accounting (metrics, the
 //! in-flight counters, the admission permit).
 
+use super::served::{Served, ServedAs};
 use super::{Chosen, StageFuture};
 use crate::body::{
-    Accounting, ErrorPeek, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, Peeked, ReadAhead,
-    SseError, StallWatch, UsageScan,
+    Accounting, ErrorPeek, FirstChunk, IdleTimedOut, IdleTimeout, Outcome, ReadAhead, SseError,
+    StallWatch, UsageScan,
 };
 use crate::config::TimeoutsConfig;
 use crate::errors::{BodyError, RespBody};
 use crate::metrics::Metrics;
-use crate::state::health::FirstByteOwed;
+use crate::pd_wire::PREFILLER_HEADER;
+use crate::state::replica::FirstByteOwed;
 use crate::state::replica::ReplicaState;
 use crate::tenants::PeerAddr;
-use crate::upstream::{PooledBody, SendError};
+use crate::upstream::{strip_hop_by_hop, PooledBody, SendError};
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, Version};
 use http_body_util::{BodyExt, Full};
 use std::sync::Arc;
@@ -28,8 +30,6 @@ pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-warmpath-repli
 pub const DECISION_HEADER: HeaderName = HeaderName::from_static("x-warmpath-decision");
 /// With `response_headers.decision`: prompt tokens the chosen engine holds, by its KV events.
 pub const CACHED_TOKENS_HEADER: HeaderName = HeaderName::from_static("x-warmpath-cached-tokens");
-/// llm-d's header naming the prefill replica to a decode pod's P/D sidecar.
-pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
 
 /// Why forwarding failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -61,46 +61,6 @@ impl UpstreamError {
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
-/// Headers that describe one hop, not the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-/// Drop hop-by-hop headers (and `host`, when asked) in place, with the ones `Connection` names
-/// (RFC 9110 §7.6.1: a sender may mark any header as meant for the next hop only). The map is
-/// moved or cloned whole rather than rebuilt entry by entry: most messages carry none of these,
-/// and a look costs less than re-inserting every header.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, host_too: bool) {
-    let is_hop =
-        |name: &HeaderName| HOP_BY_HOP.contains(name) || (host_too && name == header::HOST);
-    if headers.keys().any(is_hop) {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-            .collect();
-        for name in &named {
-            headers.remove(name);
-        }
-        for name in &HOP_BY_HOP {
-            headers.remove(name);
-        }
-        if host_too {
-            headers.remove(header::HOST);
-        }
-    }
-}
 
 /// Send the request to the replica over a pooled connection and wait for its response head.
 /// The request's headers (with its `x-request-id`) go as they came, less hop-by-hop ones.
@@ -348,38 +308,8 @@ fn respond(
     }
 
     let status = up.status.as_u16();
-    let started = ctx.started;
     let idle = config.timeouts.idle();
-    // TTFT is learned from streams only: a non-streamed body arrives after the whole
-    // generation, which is not TTFT. Nor is a split request's first token this replica's
-    // prefill: it was computed elsewhere.
-    let learn_ttft = request.features().stream && status < 300 && prefill_replica.is_none();
-    let route = routed.candidate.metrics.clone();
-    let replica = routed.candidate.replica.clone();
-    let (prefill_tokens, queued_ahead) = (routed.prefill_tokens, routed.queued_ahead);
-    let prefill = routed.prefill;
-    let pending = routed.pending;
-    let first_route = route.clone();
-    let first_permit = request.permit.clone();
-    let on_first = move || {
-        // The first token arrived: this request's prefill is done on the replica, and its
-        // engine is about to report the blocks.
-        drop(prefill);
-        drop(pending);
-        first_permit.first_token();
-        if let Some(owed) = owed {
-            owed.arrived(Instant::now());
-        }
-        let ttfb = forwarded.elapsed().as_secs_f64();
-        first_route.first_byte.observe(ttfb);
-        if learn_ttft {
-            replica
-                .ttft
-                .lock()
-                .observe(prefill_tokens, queued_ahead, ttfb);
-        }
-    };
-    let inflight = routed.inflight;
+    let stream = request.features().stream;
     // The permit goes with the body; the request (its body bytes too) goes now.
     let permit = request.permit.clone();
     permit.set_uncached_prompt(u64::from(routed.uncached_tokens));
@@ -387,49 +317,35 @@ fn respond(
         let permit = permit.clone();
         move |tokens| permit.set_output(tokens)
     });
-    // A 502 or 503 is judged on its head (`passive_health`); another 5xx when its body has
-    // said whose fault it was.
-    let peeked = (status >= 500 && status != 502 && status != 503)
-        .then(|| Arc::new(parking_lot::Mutex::new(Peeked::default())));
+    let mut served = Served::new(
+        routed,
+        ServedAs {
+            permit,
+            table: ctx.table.clone(),
+            model: request.features().model.clone(),
+            metrics,
+            stream,
+            arrived: ctx.started,
+            sent: forwarded,
+            prefilled_elsewhere: prefill_replica.is_some(),
+            settles_unavailable: false,
+        },
+    );
+    drop(request);
+    let peeked = served.on_head(status, owed);
     let counted = UsageScan::new(
-        ErrorPeek::new(IdleTimeout::new(pooled, idle), peeked.clone()),
+        ErrorPeek::new(IdleTimeout::new(pooled, idle), peeked),
         report,
-        request.features().stream,
+        stream,
     );
     // A stream that breaks after its head (reset, silence) counts against its replica too.
-    let (table, model) = (ctx.table.clone(), request.features().model.clone());
-    drop(request);
-    let on_end = move |outcome: Outcome| {
-        match outcome {
-            Outcome::Ended if status < 500 => inflight.replica().health.on_success(),
-            Outcome::Ended => match &peeked {
-                Some(p) if p.lock().blames_the_request() => {
-                    tracing::debug!(replica = %inflight.replica().name, status, "an error answer that blames the request; not held against the replica");
-                }
-                Some(_) => table.answer_failed(inflight.replica(), &model),
-                None => {}
-            },
-            Outcome::Abandoned => {
-                metrics.client_disconnects.inc();
-            }
-            Outcome::Failed(kind) => {
-                metrics.upstream_error(&inflight.replica().name, kind);
-                if kind == "idle" {
-                    // Silent while it answered others: this request's doing (a preempted or
-                    // crafted request), not the replica's. The silence began `idle` ago.
-                    let silent_since = Instant::now().checked_sub(idle).unwrap_or(forwarded);
-                    table.answer_timed_out(inflight.replica(), &model, silent_since.max(forwarded));
-                } else {
-                    table.answer_failed(inflight.replica(), &model);
-                }
-            }
+    let (first, end) = served.into_parts();
+    let on_first = move || {
+        if let Some(first) = first {
+            first.arrived(Instant::now());
         }
-        metrics.count(&route, status);
-        route.duration.observe(started.elapsed().as_secs_f64());
-        // The in-flight counters and the admission permit go with the request.
-        drop(inflight);
-        drop(permit);
     };
+    let on_end = move |outcome: Outcome| end.settle(outcome);
     let body = Accounting::new(FirstChunk::new(counted, on_first), body_error_kind, on_end);
     let event_stream = resp
         .headers()
@@ -442,48 +358,4 @@ fn respond(
         body.boxed_unsync()
     };
     resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_go_and_the_rest_stay() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h.insert(header::HOST, HeaderValue::from_static("client.example"));
-        h.insert("x-request-id", HeaderValue::from_static("abc"));
-        let untouched = h.clone();
-        strip_hop_by_hop(&mut h, false);
-        assert_eq!(h, untouched, "nothing to strip: the map is as it was");
-
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        strip_hop_by_hop(&mut h, false);
-        assert_eq!(
-            h, untouched,
-            "a request keeps its host (replaced when sent)"
-        );
-        strip_hop_by_hop(&mut h, true);
-        assert!(!h.contains_key(header::HOST));
-        assert_eq!(h.len(), 2);
-
-        // Headers that `Connection` names are for this hop only.
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("close, X-Secret"),
-        );
-        h.insert("x-secret", HeaderValue::from_static("internal"));
-        strip_hop_by_hop(&mut h, false);
-        assert!(!h.contains_key("x-secret"), "{h:?}");
-        assert_eq!(h.len(), 2);
-    }
 }

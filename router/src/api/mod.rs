@@ -21,9 +21,9 @@
 //! a P/D policy, flow control) is a layer at its place in [`stack`].
 
 pub mod admission;
-mod block_extras;
 pub mod choose;
 pub mod endpoints;
+pub mod features;
 pub mod forward;
 pub mod parse;
 pub mod passive_health;
@@ -32,6 +32,7 @@ pub mod read_body;
 pub mod readiness;
 pub mod request_id;
 pub mod retry;
+pub mod served;
 #[cfg(test)]
 mod tests;
 pub mod tokenize;
@@ -39,7 +40,7 @@ pub mod tokenize;
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
 use crate::request::{Endpoint, RequestFeatures};
-use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::index::SharedIndex;
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
@@ -123,7 +124,7 @@ pub struct Attempt {
 #[derive(Debug)]
 pub struct Chosen {
     pub request: Arc<Admitted>,
-    pub routed: choose::Routed,
+    pub routed: crate::choice::Routed,
     /// The body sent instead of the client's (a P/D split's decode request).
     pub body: Option<Bytes>,
     /// The prefill replica of a split request.
@@ -200,17 +201,14 @@ pub struct StackParts {
     pub tables: TableReader,
     pub metrics: Arc<Metrics>,
     pub index: SharedIndex,
-    pub precise: crate::state::index::SharedPrecise,
-    pub sessions: Arc<crate::sessions::Sessions>,
-    pub peers: Option<Arc<crate::peers::Peers>>,
+    /// Where requests are bound to replicas (shared with the endpoint picker).
+    pub chooser: Arc<crate::choice::Chooser>,
     pub discovery: Arc<DiscoveryStatus>,
     pub admission: Arc<dyn Admission>,
     /// `limits.max_buffered_body_bytes` (read at start).
     pub body_budget_bytes: usize,
     /// Every response body is registered here, for clients that stop taking data.
     pub stall_watch: Arc<crate::body::StallWatch>,
-    /// Explained and sampled decisions, for the admin listener.
-    pub decisions: Arc<crate::decisions::DecisionLog>,
     /// Where prompts are tokenized (shared with the endpoint picker).
     pub tokenize: Arc<tokenize::TokenizePool>,
 }
@@ -230,16 +228,6 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let choose = choose::ChooseLayer::with_indexes(
-        choose::Indexes {
-            approx: parts.index.clone(),
-            precise: parts.precise.clone(),
-            sessions: parts.sessions.clone(),
-            peers: parts.peers.clone(),
-        },
-        parts.metrics.clone(),
-        parts.decisions.clone(),
-    );
     let proxy = ServiceBuilder::new()
         .layer(read_body::ReadBodyLayer::new(read_body::BodyBudget::new(
             parts.body_budget_bytes,
@@ -251,8 +239,11 @@ where
             retry::MAX_ATTEMPTS,
             parts.metrics.clone(),
         ))
-        .layer(choose.clone())
-        .layer(pd::PdLayer::new(choose.state(), parts.metrics.clone()))
+        .layer(choose::ChooseLayer::new(parts.chooser.clone()))
+        .layer(pd::PdLayer::new(
+            parts.chooser.clone(),
+            parts.metrics.clone(),
+        ))
         .layer(passive_health::PassiveHealthLayer::new(
             parts.index.clone(),
             parts.metrics.clone(),

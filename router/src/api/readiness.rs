@@ -2,7 +2,7 @@
 //! listener's `/health` answer it.
 
 use crate::errors::{text, RespBody};
-use crate::sources::kubernetes::DiscoveryStatus;
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::table::Table;
 use http::{Response, StatusCode};
 use std::time::Instant;

@@ -72,7 +72,7 @@ where
         // The client's hop-by-hop headers (and those its `Connection` names) stop here, before
         // the router adds its own: stripped later, at forwarding, a client could name the
         // router's headers (its request id, the P/D header it sets) and have them removed.
-        crate::api::forward::strip_hop_by_hop(req.headers_mut(), false);
+        crate::upstream::strip_hop_by_hop(req.headers_mut(), false);
         let id = request_id(&req);
         req.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
         let log = tracing::enabled!(tracing::Level::DEBUG).then(|| {

@@ -362,7 +362,7 @@ async fn choose_skips_excluded_replicas_and_says_when_none_is_left() {
     let t = table(2);
     let (inner, mut handle) = mock::pair::<Chosen, Response<RespBody>>();
     let metrics = Arc::new(Metrics::new());
-    let svc = ChooseLayer::new(index(), metrics.clone()).layer(typed::<_, AttemptError>(inner));
+    let svc = ChooseLayer::alone(index(), metrics.clone()).layer(typed::<_, AttemptError>(inner));
     let request = Arc::new(admitted(&t));
     let ids = replica_ids(&t);
     let answer = tokio::spawn(svc.clone().oneshot(Attempt {
@@ -406,9 +406,7 @@ fn words(seed: u32, words: u32) -> String {
 
 #[test]
 fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pending() {
-    use super::admission::Placement;
-    use super::choose::{choose, Indexes};
-    use crate::sessions::{Sessions, TokenKey};
+    use crate::choice::{Choice, Indexes, Placement};
     let t = table(2);
     let features = |prompt: &str| {
         let body = serde_json::json!({"model": "tiny", "prompt": prompt}).to_string();
@@ -416,7 +414,15 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
     };
     let ids = replica_ids(&t);
     let go = |idx: &Indexes, prompt: &str, exclude: &[ReplicaId], placement: Placement| {
-        choose(idx, &t, &features(prompt), exclude, placement, 7, false).unwrap()
+        let features = features(prompt);
+        Choice {
+            exclude,
+            placement,
+            seed: 7,
+            ..Choice::serving(idx, &t, &features).unwrap()
+        }
+        .choose()
+        .unwrap()
     };
     // Each choice below starts from the same index: `shared` was served on r0, which holds the
     // prefix now (every choice records its prompt where it went). It is long enough that
@@ -424,12 +430,7 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
     // leave r0 by itself: `leave_backed_up`).
     let shared = words(1, 1500);
     let fresh = || {
-        let idx = Indexes {
-            approx: index(),
-            precise: crate::state::index::precise(&Default::default()),
-            sessions: Arc::new(Sessions::new(TokenKey::random(), &Default::default())),
-            peers: None,
-        };
+        let idx = Indexes::alone(index());
         drop(go(&idx, &shared, &ids[1..], Placement::Any));
         idx
     };
@@ -478,7 +479,7 @@ async fn passive_health_ejects_and_forgets_a_replica_that_refuses() {
     idx.lock().on_routed(replica.id, &hashes);
     let (inner, mut handle) = mock::pair::<Chosen, Response<RespBody>>();
     let metrics = Arc::new(Metrics::new());
-    let stack = ChooseLayer::new(idx.clone(), metrics.clone()).layer(
+    let stack = ChooseLayer::alone(idx.clone(), metrics.clone()).layer(
         PassiveHealthLayer::new(idx.clone(), metrics.clone())
             .layer(typed::<_, UpstreamError>(inner)),
     );
@@ -604,7 +605,7 @@ fn adapters_and_salts_scope_the_approximate_hashes() {
             body["cache_salt"] = s.into();
         }
         let body = body.to_string();
-        super::parse::features(
+        super::features::features(
             Endpoint::Completions,
             body.as_bytes(),
             &http::HeaderMap::new(),

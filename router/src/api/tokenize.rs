@@ -9,7 +9,7 @@
 //! Requests for models without a tokenizer are parsed inline, as before: JSON parsing and block
 //! hashing are cheap next to a hop to another thread.
 
-use super::parse::{finish_features, parse_body};
+use super::features::{features, finish_features, parse_body};
 use super::Rejection;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::request::{Endpoint, RequestFeatures};
@@ -82,12 +82,13 @@ impl TokenizePool {
 
     fn count(&self, result: &'static str) {
         self.metrics
+            .choice
             .tokenize
             .get_or_create(&ResultLabels { result })
             .inc();
     }
 
-    /// The request's features, as [`super::parse::features`] finds them, its tokenizing done on
+    /// The request's features, as [`features`] finds them, its tokenizing done on
     /// a blocking thread of the pool (inline when its table tokenizes no model).
     pub async fn features(
         &self,
@@ -97,7 +98,7 @@ impl TokenizePool {
         table: &Arc<Table>,
     ) -> Result<RequestFeatures, Rejection> {
         if !table.tokenizes() {
-            return super::parse::features(endpoint, &body, headers, table);
+            return features(endpoint, &body, headers, table);
         }
         let Some(permit) = self.turn().await else {
             self.count("busy");

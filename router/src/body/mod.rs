@@ -1,4 +1,5 @@
-//! Wrappers around a streamed response body, one concern each. They pass frames through as
+//! Bodies: a request's read whole ([`read_body`], bounded in bytes and time), and wrappers around
+//! a streamed response body, one concern each. They pass frames through as
 //! they come (SSE is never buffered) and act on what a body's life tells: the first chunk, a
 //! silence, the end, or a drop before the end (the client went away).
 //!
@@ -16,6 +17,7 @@ pub mod error_peek;
 mod first_chunk;
 mod idle;
 mod read_ahead;
+mod request;
 mod sse_error;
 mod stall;
 pub mod usage;
@@ -25,6 +27,8 @@ pub use error_peek::{ErrorPeek, Peeked};
 pub use first_chunk::FirstChunk;
 pub use idle::{IdleTimedOut, IdleTimeout};
 pub use read_ahead::ReadAhead;
+pub use request::read_body;
+pub(crate) use request::read_body_reserving;
 pub use sse_error::SseError;
 pub use stall::{StallWatch, Watched};
 pub use usage::UsageScan;

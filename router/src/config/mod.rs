@@ -13,6 +13,7 @@
 mod api_key;
 mod endpoint_picker;
 mod explain;
+mod flow;
 mod kv_events;
 mod locate;
 mod objectives;
@@ -33,14 +34,13 @@ use warmpath_routing::scheduler::SchedulerConfig;
 pub use api_key::{ApiKey, KeyDigest, KeyShape};
 pub use endpoint_picker::{EndpointPickerConfig, FailureMode};
 pub use explain::{ExplainConfig, MAX_RECENT};
+pub use flow::{Fairness, FlowConfig, SaturationConfig};
 pub use kv_events::KvEventsConfig;
 pub use locate::FieldPath;
 pub use objectives::{ObjectiveConfig, MAX_OBJECTIVES};
 pub use peers::PeersConfig;
 pub use sessions::SessionsConfig;
-pub use tenants::{
-    is_token, Fairness, FlowConfig, SaturationConfig, TenantPolicyConfig, TenantsConfig,
-};
+pub use tenants::{is_token, TenantPolicyConfig, TenantsConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -687,226 +687,15 @@ impl Config {
         if self.listen == self.admin && self.listen.port() != 0 {
             return Err((root.key("admin"), "must differ from `listen`".to_owned()));
         }
-        // An empty pool list is valid: the Helm chart's default has none until pools are
-        // configured (or, later, discovered from InferencePools). The router then answers 404 for
-        // every model and stays not-ready, instead of crash-looping.
-        let mut pool_names = HashSet::new();
-        let mut replica_names = HashSet::new();
-        for (p, pool) in self.pools.iter().enumerate() {
-            let pp = root.key("pools").index(p);
-            if pool.name.trim().is_empty() {
-                return Err((pp.key("name"), "must not be empty".to_owned()));
-            }
-            if !pool_names.insert(pool.name.as_str()) {
-                return Err((
-                    pp.key("name"),
-                    format!("duplicate pool name `{}`", pool.name),
-                ));
-            }
-            if pool.models.is_empty() {
-                return Err((
-                    pp.key("models"),
-                    "at least one model is required".to_owned(),
-                ));
-            }
-            for (m, model) in pool.models.iter().enumerate() {
-                if model.trim().is_empty() {
-                    return Err((pp.key("models").index(m), "must not be empty".to_owned()));
-                }
-            }
-            if let Some(path) = &pool.metrics_path {
-                if !path.starts_with('/') {
-                    return Err((pp.key("metrics_path"), "must start with `/`".to_owned()));
-                }
-            }
-            if let Some(kv) = &pool.kv_events {
-                kv.validate(pp.key("kv_events"))?;
-            }
-            for (i, adapter) in pool.lora_adapters.iter().enumerate() {
-                if !pool.models.contains(adapter) {
-                    return Err((
-                        pp.key("lora_adapters").index(i),
-                        format!("`{adapter}` is not one of the pool's `models`"),
-                    ));
-                }
-            }
-            if let Some(weights) = pool.weights {
-                let scheduling = SchedulerConfig {
-                    weights,
-                    ..self.scheduling.clone()
-                };
-                // The core's rules, placed at the pool's field.
-                core_check(pp.clone(), scheduling.validate())?;
-            }
-            if pool.replicas.is_empty() {
-                return Err((
-                    pp.key("replicas"),
-                    "at least one replica is required".to_owned(),
-                ));
-            }
-            for (r, replica) in pool.replicas.iter().enumerate() {
-                let rp = pp.key("replicas").index(r);
-                if replica.name.trim().is_empty() {
-                    return Err((rp.key("name"), "must not be empty".to_owned()));
-                }
-                if !replica_names.insert(replica.name.as_str()) {
-                    return Err((
-                        rp.key("name"),
-                        format!(
-                            "duplicate replica name `{}` (names are unique across pools)",
-                            replica.name
-                        ),
-                    ));
-                }
-                if let Err(msg) = parse_base_url(&replica.url) {
-                    return Err((rp.key("url"), msg));
-                }
-                if let Some(e) = &replica.kv_events_endpoint {
-                    kv_events::check_endpoint(e).map_err(|m| (rp.key("kv_events_endpoint"), m))?;
-                }
-                if let Some(e) = &replica.kv_events_replay_endpoint {
-                    kv_events::check_endpoint(e)
-                        .map_err(|m| (rp.key("kv_events_replay_endpoint"), m))?;
-                }
-            }
-        }
-        // A prefill pool only helps models that some pool decodes.
-        for (p, pool) in self.pools.iter().enumerate() {
-            if pool.role != Role::Prefill {
-                continue;
-            }
-            for (m, model) in pool.models.iter().enumerate() {
-                let decoded = self
-                    .pools
-                    .iter()
-                    .any(|q| q.role != Role::Prefill && q.models.contains(model));
-                if !decoded {
-                    return Err((
-                        root.key("pools").index(p).key("models").index(m),
-                        format!("no `decode` or `both` pool serves `{model}`, so nothing would decode what this prefill pool computes"),
-                    ));
-                }
-            }
-        }
-        if self.pd.prefill_attempts == 0 {
-            return Err((
-                root.key("pd").key("prefill_attempts"),
-                "must be >= 1".to_owned(),
-            ));
-        }
-        if self.pd.prefill_timeout_ms == 0 {
-            return Err((
-                root.key("pd").key("prefill_timeout_ms"),
-                "must be > 0".to_owned(),
-            ));
-        }
-        if self.pd.bootstrap_port == 0 {
-            return Err((
-                root.key("pd").key("bootstrap_port"),
-                "must be a port number (1-65535)".to_owned(),
-            ));
-        }
+        validate_pools(&self.pools, &self.scheduling, root.key("pools"))?;
+        self.pd.validate(root.key("pd"))?;
         core_check(root.key("scheduling"), self.scheduling.validate())?;
         core_check(root.key("predictor"), self.predictor.validate())?;
-        core_check(
-            root.key("index").key("block_bytes"),
-            BlockHasher::try_new(self.index.block_bytes).map(drop),
-        )?;
-        if self.index.max_bytes_total < 4096 {
-            return Err((
-                root.key("index").key("max_bytes_total"),
-                "must be at least 4096".to_owned(),
-            ));
-        }
-        if self.index.max_bytes_per_replica < 4096 {
-            return Err((
-                root.key("index").key("max_bytes_per_replica"),
-                "must be at least 4096".to_owned(),
-            ));
-        }
-        if self.index.precise_max_blocks_per_replica == 0
-            || self.index.precise_max_blocks_total < self.index.precise_max_blocks_per_replica
-        {
-            return Err((
-                root.key("index").key("precise_max_blocks_total"),
-                "needs 0 < precise_max_blocks_per_replica <= precise_max_blocks_total".to_owned(),
-            ));
-        }
-        if self.limits.max_buffered_body_bytes < self.limits.max_body_bytes {
-            return Err((
-                root.key("limits").key("max_buffered_body_bytes"),
-                "must be at least limits.max_body_bytes (or no largest body could ever pass)"
-                    .to_owned(),
-            ));
-        }
-        if self.limits.max_connections == 0 {
-            return Err((
-                root.key("limits").key("max_connections"),
-                "must be > 0".to_owned(),
-            ));
-        }
-        if self.shutdown.drain_ms == 0 {
-            return Err((
-                root.key("shutdown").key("drain_ms"),
-                "must be > 0".to_owned(),
-            ));
-        }
-        if self.limits.max_body_bytes < 1024 {
-            return Err((
-                root.key("limits").key("max_body_bytes"),
-                "must be at least 1024".to_owned(),
-            ));
-        }
-        let t = &self.timeouts;
-        for (name, v) in [
-            ("connect_ms", t.connect_ms),
-            ("header_ms", t.header_ms),
-            ("idle_ms", t.idle_ms),
-            ("client_ms", t.client_ms),
-            ("pool_idle_ms", t.pool_idle_ms),
-            ("write_stall_ms", t.write_stall_ms),
-        ] {
-            if v == 0 {
-                return Err((root.key("timeouts").key(name), "must be > 0".to_owned()));
-            }
-        }
-        let sc = &self.scrape;
-        if !(10..=60_000).contains(&sc.interval_ms) {
-            return Err((
-                root.key("scrape").key("interval_ms"),
-                "must be between 10 and 60000".to_owned(),
-            ));
-        }
-        if sc.timeout_ms == 0 {
-            return Err((
-                root.key("scrape").key("timeout_ms"),
-                "must be > 0".to_owned(),
-            ));
-        }
-        if sc.stale_after_ms <= sc.interval_ms {
-            return Err((
-                root.key("scrape").key("stale_after_ms"),
-                "must be greater than `scrape.interval_ms`".to_owned(),
-            ));
-        }
-        if !(sc.engine_share > 0.0 && sc.engine_share <= 1.0) {
-            return Err((
-                root.key("scrape").key("engine_share"),
-                "must be greater than 0 and at most 1".to_owned(),
-            ));
-        }
-        if sc.max_interval_ms < sc.interval_ms {
-            return Err((
-                root.key("scrape").key("max_interval_ms"),
-                "must be at least `scrape.interval_ms`".to_owned(),
-            ));
-        }
-        if sc.failures_before_unready == 0 {
-            return Err((
-                root.key("scrape").key("failures_before_unready"),
-                "must be >= 1".to_owned(),
-            ));
-        }
+        self.index.validate(root.key("index"))?;
+        self.limits.validate(root.key("limits"))?;
+        self.shutdown.validate(root.key("shutdown"))?;
+        self.timeouts.validate(root.key("timeouts"))?;
+        self.scrape.validate(root.key("scrape"))?;
         self.tenants.validate(root.key("tenants"))?;
         objectives::validate(&self.objectives, root.key("objectives"))?;
         self.sessions.validate(root.key("sessions"))?;
@@ -917,45 +706,303 @@ impl Config {
             &[("listen", self.listen), ("admin", self.admin)],
         )?;
         self.flow.validate(root.key("flow"))?;
-        let h = &self.health;
-        if h.eject_base_ms == 0 || h.eject_max_ms < h.eject_base_ms {
+        self.health.validate(root.key("health"))
+    }
+}
+
+/// The pools: each valid on its own (names unique, across pools for replicas), and every
+/// prefill pool's models decoded by another.
+fn validate_pools(
+    pools: &[PoolConfig],
+    scheduling: &SchedulerConfig,
+    at: FieldPath,
+) -> Result<(), (FieldPath, String)> {
+    // An empty pool list is valid: the Helm chart's default has none until pools are
+    // configured (or, later, discovered from InferencePools). The router then answers 404 for
+    // every model and stays not-ready, instead of crash-looping.
+    let mut pool_names = HashSet::new();
+    let mut replica_names = HashSet::new();
+    for (p, pool) in pools.iter().enumerate() {
+        let pp = at.index(p);
+        if !pool_names.insert(pool.name.as_str()) {
             return Err((
-                root.key("health").key("eject_max_ms"),
+                pp.key("name"),
+                format!("duplicate pool name `{}`", pool.name),
+            ));
+        }
+        pool.validate(pp.clone(), scheduling)?;
+        for (r, replica) in pool.replicas.iter().enumerate() {
+            if !replica_names.insert(replica.name.as_str()) {
+                return Err((
+                    pp.key("replicas").index(r).key("name"),
+                    format!(
+                        "duplicate replica name `{}` (names are unique across pools)",
+                        replica.name
+                    ),
+                ));
+            }
+        }
+    }
+    // A prefill pool only helps models that some pool decodes.
+    for (p, pool) in pools.iter().enumerate() {
+        if pool.role != Role::Prefill {
+            continue;
+        }
+        for (m, model) in pool.models.iter().enumerate() {
+            let decoded = pools
+                .iter()
+                .any(|q| q.role != Role::Prefill && q.models.contains(model));
+            if !decoded {
+                return Err((
+                    at.index(p).key("models").index(m),
+                    format!("no `decode` or `both` pool serves `{model}`, so nothing would decode what this prefill pool computes"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl PoolConfig {
+    /// This pool on its own (names across pools are [`validate_pools`]'s).
+    fn validate(
+        &self,
+        at: FieldPath,
+        scheduling: &SchedulerConfig,
+    ) -> Result<(), (FieldPath, String)> {
+        if self.name.trim().is_empty() {
+            return Err((at.key("name"), "must not be empty".to_owned()));
+        }
+        if self.models.is_empty() {
+            return Err((
+                at.key("models"),
+                "at least one model is required".to_owned(),
+            ));
+        }
+        for (m, model) in self.models.iter().enumerate() {
+            if model.trim().is_empty() {
+                return Err((at.key("models").index(m), "must not be empty".to_owned()));
+            }
+        }
+        if let Some(path) = &self.metrics_path {
+            if !path.starts_with('/') {
+                return Err((at.key("metrics_path"), "must start with `/`".to_owned()));
+            }
+        }
+        if let Some(kv) = &self.kv_events {
+            kv.validate(at.key("kv_events"))?;
+        }
+        for (i, adapter) in self.lora_adapters.iter().enumerate() {
+            if !self.models.contains(adapter) {
+                return Err((
+                    at.key("lora_adapters").index(i),
+                    format!("`{adapter}` is not one of the pool's `models`"),
+                ));
+            }
+        }
+        if let Some(weights) = self.weights {
+            let scheduling = SchedulerConfig {
+                weights,
+                ..scheduling.clone()
+            };
+            // The core's rules, placed at the pool's field.
+            core_check(at.clone(), scheduling.validate())?;
+        }
+        if self.replicas.is_empty() {
+            return Err((
+                at.key("replicas"),
+                "at least one replica is required".to_owned(),
+            ));
+        }
+        for (r, replica) in self.replicas.iter().enumerate() {
+            replica.validate(at.key("replicas").index(r))?;
+        }
+        Ok(())
+    }
+}
+
+impl ReplicaConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.name.trim().is_empty() {
+            return Err((at.key("name"), "must not be empty".to_owned()));
+        }
+        if let Err(msg) = parse_base_url(&self.url) {
+            return Err((at.key("url"), msg));
+        }
+        if let Some(e) = &self.kv_events_endpoint {
+            kv_events::check_endpoint(e).map_err(|m| (at.key("kv_events_endpoint"), m))?;
+        }
+        if let Some(e) = &self.kv_events_replay_endpoint {
+            kv_events::check_endpoint(e).map_err(|m| (at.key("kv_events_replay_endpoint"), m))?;
+        }
+        Ok(())
+    }
+}
+
+impl PdConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.prefill_attempts == 0 {
+            return Err((at.key("prefill_attempts"), "must be >= 1".to_owned()));
+        }
+        if self.prefill_timeout_ms == 0 {
+            return Err((at.key("prefill_timeout_ms"), "must be > 0".to_owned()));
+        }
+        if self.bootstrap_port == 0 {
+            return Err((
+                at.key("bootstrap_port"),
+                "must be a port number (1-65535)".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl IndexConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        core_check(
+            at.key("block_bytes"),
+            BlockHasher::try_new(self.block_bytes).map(drop),
+        )?;
+        if self.max_bytes_total < 4096 {
+            return Err((
+                at.key("max_bytes_total"),
+                "must be at least 4096".to_owned(),
+            ));
+        }
+        if self.max_bytes_per_replica < 4096 {
+            return Err((
+                at.key("max_bytes_per_replica"),
+                "must be at least 4096".to_owned(),
+            ));
+        }
+        if self.precise_max_blocks_per_replica == 0
+            || self.precise_max_blocks_total < self.precise_max_blocks_per_replica
+        {
+            return Err((
+                at.key("precise_max_blocks_total"),
+                "needs 0 < precise_max_blocks_per_replica <= precise_max_blocks_total".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl LimitsConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.max_buffered_body_bytes < self.max_body_bytes {
+            return Err((
+                at.key("max_buffered_body_bytes"),
+                "must be at least limits.max_body_bytes (or no largest body could ever pass)"
+                    .to_owned(),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err((at.key("max_connections"), "must be > 0".to_owned()));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err((at.key("max_body_bytes"), "must be at least 1024".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl ShutdownConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.drain_ms == 0 {
+            return Err((at.key("drain_ms"), "must be > 0".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl TimeoutsConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        for (name, v) in [
+            ("connect_ms", self.connect_ms),
+            ("header_ms", self.header_ms),
+            ("idle_ms", self.idle_ms),
+            ("client_ms", self.client_ms),
+            ("pool_idle_ms", self.pool_idle_ms),
+            ("write_stall_ms", self.write_stall_ms),
+        ] {
+            if v == 0 {
+                return Err((at.key(name), "must be > 0".to_owned()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ScrapeConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if !(10..=60_000).contains(&self.interval_ms) {
+            return Err((
+                at.key("interval_ms"),
+                "must be between 10 and 60000".to_owned(),
+            ));
+        }
+        if self.timeout_ms == 0 {
+            return Err((at.key("timeout_ms"), "must be > 0".to_owned()));
+        }
+        if self.stale_after_ms <= self.interval_ms {
+            return Err((
+                at.key("stale_after_ms"),
+                "must be greater than `scrape.interval_ms`".to_owned(),
+            ));
+        }
+        if !(self.engine_share > 0.0 && self.engine_share <= 1.0) {
+            return Err((
+                at.key("engine_share"),
+                "must be greater than 0 and at most 1".to_owned(),
+            ));
+        }
+        if self.max_interval_ms < self.interval_ms {
+            return Err((
+                at.key("max_interval_ms"),
+                "must be at least `scrape.interval_ms`".to_owned(),
+            ));
+        }
+        if self.failures_before_unready == 0 {
+            return Err((at.key("failures_before_unready"), "must be >= 1".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl HealthConfig {
+    fn validate(&self, at: FieldPath) -> Result<(), (FieldPath, String)> {
+        if self.eject_base_ms == 0 || self.eject_max_ms < self.eject_base_ms {
+            return Err((
+                at.key("eject_max_ms"),
                 "needs 0 < eject_base_ms <= eject_max_ms".to_owned(),
             ));
         }
-        if h.failure_percent > 100 {
-            return Err((
-                root.key("health").key("failure_percent"),
-                "must be 0-100".to_owned(),
-            ));
+        if self.failure_percent > 100 {
+            return Err((at.key("failure_percent"), "must be 0-100".to_owned()));
         }
-        if !(2..=64).contains(&h.failure_window) {
-            return Err((
-                root.key("health").key("failure_window"),
-                "must be 2-64".to_owned(),
-            ));
+        if !(2..=64).contains(&self.failure_window) {
+            return Err((at.key("failure_window"), "must be 2-64".to_owned()));
         }
-        if let Some(path) = &h.active_path {
+        if let Some(path) = &self.active_path {
             if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
                 return Err((
-                    root.key("health").key("active_path"),
+                    at.key("active_path"),
                     format!("`{path}` is not a path (like /health)"),
                 ));
             }
         }
-        if h.active_interval_ms == 0 {
+        if self.active_interval_ms == 0 {
             return Err((
-                root.key("health").key("active_interval_ms"),
+                at.key("active_interval_ms"),
                 "must be at least 1".to_owned(),
             ));
         }
-        if !(h.overdue_factor.is_finite() && h.overdue_factor >= 0.0) {
+        if !(self.overdue_factor.is_finite() && self.overdue_factor >= 0.0) {
             return Err((
-                root.key("health").key("overdue_factor"),
+                at.key("overdue_factor"),
                 format!(
                     "{} is not a factor (0 or more; 0 turns it off)",
-                    h.overdue_factor
+                    self.overdue_factor
                 ),
             ));
         }

@@ -1,20 +1,19 @@
 //! A request's pick, by the proxy's own stages: the body parsed by [`crate::request::parse`]
 //! (the path says completions or chat), unknown models refused, the tenant identified and
-//! admitted by the same [`Admission`] (flow control), then [`crate::api::choose::choose`] on the
-//! same indexes, counters and table, recorded in the same metrics and decision log. So a
-//! Gateway's request goes where the proxy would have sent it.
+//! admitted by the same [`Admission`] (flow control), then chosen for by the proxy's own
+//! [`Chooser`] (the same indexes, counters, table, metrics and decision log). So a Gateway's
+//! request goes where the proxy would have sent it.
 
 use super::wire::{in_subset, Head};
 use crate::api::admission::{Admission, AdmissionRequest, Permit};
-use crate::api::choose::{choose, Indexes, Routed};
-use crate::decisions::{DecisionLog, Record};
-use crate::metrics::{Metrics, ReasonLabels, RequestLabels, ResultLabels};
+use crate::choice::{Ask, Chooser, Routed};
+use crate::metrics::{Metrics, RequestLabels};
 use crate::request::{Endpoint, RequestFeatures};
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
 use crate::tenants::Tenant;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use warmpath_routing::ReplicaId;
@@ -26,17 +25,14 @@ pub use crate::api::admission::Admit;
 pub struct Parts {
     pub tables: TableReader,
     pub metrics: Arc<Metrics>,
-    pub indexes: Indexes,
+    pub chooser: Arc<Chooser>,
     pub admission: Arc<dyn Admission>,
-    pub decisions: Arc<DecisionLog>,
     pub tokenize: Arc<crate::api::tokenize::TokenizePool>,
 }
 
 /// The picker's routing core, one for all streams.
 pub struct Core {
     pub parts: Parts,
-    /// Tie-break seeds, distinct per request (as the proxy's choose layer makes them).
-    seed: AtomicU64,
     /// Turn of requests that are not inference requests (`/v1/models`): any ready replica.
     rotation: AtomicUsize,
 }
@@ -46,7 +42,7 @@ pub struct Core {
 pub use crate::api::Rejection as Refusal;
 
 /// A request parsed and identified, before admission.
-pub struct Parsed {
+pub struct Identified {
     pub table: Arc<Table>,
     pub features: RequestFeatures,
     pub tenant: Arc<Tenant>,
@@ -83,14 +79,8 @@ impl Core {
     pub fn new(parts: Parts) -> Self {
         Self {
             parts,
-            seed: AtomicU64::new(rand::random()),
             rotation: AtomicUsize::new(0),
         }
-    }
-
-    /// A counter from a random start, as the proxy's (`api::choose`): `round_robin` rotates.
-    fn next_seed(&self) -> u64 {
-        self.seed.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The proxy's parse stage and identity check, on the body the Gateway buffered.
@@ -100,7 +90,7 @@ impl Core {
         head: &Head,
         body: bytes::Bytes,
         peer: Option<IpAddr>,
-    ) -> Result<Parsed, Refusal> {
+    ) -> Result<Identified, Refusal> {
         let table = self.parts.tables.current();
         let body_bytes = body.len();
         let features = self
@@ -121,7 +111,7 @@ impl Core {
             .tenants
             .objective(&head.headers, peer)
             .map(str::to_owned);
-        Ok(Parsed {
+        Ok(Identified {
             table,
             features,
             tenant: identity.tenant,
@@ -131,7 +121,7 @@ impl Core {
     }
 
     /// The proxy's admission stage: flow control may answer at once, queue, or refuse.
-    pub fn admit(&self, parsed: &Parsed) -> Admit {
+    pub fn admit(&self, parsed: &Identified) -> Admit {
         let f = &parsed.features;
         self.parts.admission.admit(&AdmissionRequest {
             tenant: &parsed.tenant,
@@ -148,18 +138,17 @@ impl Core {
     /// counted and logged as the proxy's choose layer does.
     pub fn choose(
         &self,
-        parsed: Parsed,
+        parsed: Identified,
         permit: Permit,
         head: &Head,
         subset: Option<&[String]>,
     ) -> Result<Picked, Refusal> {
-        let Parsed {
+        let Identified {
             table,
             features,
             tenant,
             ..
         } = parsed;
-        let started = Instant::now();
         let exclude: Vec<ReplicaId> = match (subset, table.candidates(&features.model)) {
             (Some(subset), Some(all)) => all
                 .iter()
@@ -168,67 +157,27 @@ impl Core {
                 .collect(),
             _ => Vec::new(),
         };
-        let explain = &table.config.explain;
-        let asked = explain.header && crate::decisions::asked(&head.headers);
-        let sampled = !asked
-            && explain.recent > 0
-            && self
-                .parts
-                .decisions
-                .sample(started, explain.sample_interval());
-        let mut routed = choose(
-            &self.parts.indexes,
-            &table,
-            &features,
-            &exclude,
-            permit.placement(),
-            self.next_seed(),
-            asked || sampled,
-        )
-        .map_err(|error| Refusal {
-            error,
-            model: features.model.clone(),
-        })?;
-        if let Some(e) = &routed.explanation {
-            if explain.recent > 0 {
-                let id = head
-                    .headers
-                    .get("x-request-id")
-                    .cloned()
-                    .unwrap_or(http::HeaderValue::from_static(""));
-                let record =
-                    Record::now(&id, &features.model, tenant.name.clone(), asked, e.clone());
-                self.parts.decisions.push(record, explain.recent);
-            }
-            if !asked {
-                routed.explanation = None;
-            }
-        }
-        let m = &self.parts.metrics;
-        m.decision_duration.observe(started.elapsed().as_secs_f64());
-        m.decisions
-            .get_or_create(&ReasonLabels {
-                reason: routed.decision.reason,
+        let request_id = head
+            .headers
+            .get("x-request-id")
+            .cloned()
+            .unwrap_or(http::HeaderValue::from_static(""));
+        let routed = self
+            .parts
+            .chooser
+            .route(&Ask {
+                table: &table,
+                features: &features,
+                exclude: &exclude,
+                placement: permit.placement(),
+                headers: &head.headers,
+                request_id: &request_id,
+                tenant: &tenant.name,
             })
-            .inc();
-        if routed.decision.spilled {
-            m.spills.inc();
-        }
-        let blocks = features.prompt.hashes.len() as u64;
-        m.prefix_blocks_queried.inc_by(blocks);
-        m.prefix_blocks_matched
-            .inc_by(u64::from(routed.decision.matched_blocks));
-        routed
-            .candidate
-            .replica
-            .count_blocks(blocks, u64::from(routed.decision.matched_blocks));
-        if let Some((_, affinity)) = &routed.session {
-            m.session_affinity
-                .get_or_create(&ResultLabels {
-                    result: affinity.label(),
-                })
-                .inc();
-        }
+            .map_err(|error| Refusal {
+                error,
+                model: features.model.clone(),
+            })?;
         permit.set_uncached_prompt(u64::from(routed.uncached_tokens));
         Ok(Picked {
             endpoint: routed.candidate.replica.authority.to_string(),

@@ -19,15 +19,12 @@ use super::wire::{
     self, Direction, Head, Modes, RequestBodyMode, RequestMutation, ResponseBodyMode,
 };
 use crate::api::admission::Permit;
-use crate::body::Peeked;
-use crate::body::UsageScan;
+use crate::api::served::{Served, ServedAs};
+use crate::body::{Outcome, UsageScan};
 use crate::config::FailureMode;
 use crate::errors::ApiError;
-use crate::metrics::RouteMetrics;
 use crate::request::Endpoint;
-use crate::state::health::FirstByteOwed;
-use crate::state::index::PendingGuard;
-use crate::state::replica::{InflightGuard, PrefillGuard, ReplicaState};
+use crate::state::replica::FirstByteOwed;
 use crate::state::table::Table;
 use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -87,29 +84,16 @@ struct Holding {
     held_kib: u32,
 }
 
-/// A picked request as it is served: what the proxy's body wrappers hold.
-struct Served {
-    replica: Arc<ReplicaState>,
-    route: Arc<RouteMetrics>,
-    table: Arc<Table>,
-    model: String,
+/// A picked request as its response passes: the proxy's own bookkeeping ([`Served`]) and what
+/// the picker adds to the answer.
+struct Following {
+    served: Served,
     stream: bool,
-    predicted_ttft_s: f64,
-    prefill_tokens: u32,
-    queued_ahead: f64,
-    picked_at: Instant,
+    /// How long its replica may take to show a stream's first byte ([`FirstByteOwed`]).
+    allowance: Option<std::time::Duration>,
     /// Headers for the response (the session token, the replica's name, an explanation).
     response_headers: Vec<(String, Vec<u8>)>,
-    status: Option<u16>,
-    owed: Option<FirstByteOwed>,
     usage: Option<Usage>,
-    /// A 5xx answer's first bytes, when the Gateway shows its body: whose fault it was.
-    peeked: Option<Peeked>,
-    // Held until the first response byte, then the end: dropping them releases the replica.
-    prefill: Option<PrefillGuard>,
-    pending: Option<PendingGuard>,
-    _inflight: InflightGuard,
-    permit: Permit,
 }
 
 pub struct Stream {
@@ -125,7 +109,7 @@ pub struct Stream {
     answered_at: Option<Instant>,
     response_started: bool,
     last_message: Instant,
-    served: Option<Served>,
+    following: Option<Following>,
 }
 
 /// Run one stream to its end; a protocol error ends it with its status.
@@ -147,7 +131,7 @@ pub async fn run(
         answered_at: None,
         response_started: false,
         last_message: now,
-        served: None,
+        following: None,
     };
     let mut inbound = inbound;
     if let Err(status) = stream.drive(&mut inbound).await {
@@ -590,94 +574,66 @@ impl Stream {
         let usage = permit
             .wants_usage()
             .then(|| Usage::new(permit.clone(), stream));
-        self.served = Some(Served {
-            replica: routed.candidate.replica.clone(),
-            route: routed.candidate.metrics.clone(),
-            model,
+        let now = Instant::now();
+        let allowance = config
+            .health
+            .overdue_after(routed.decision.predicted_ttft_s);
+        let served = Served::new(
+            routed,
+            ServedAs {
+                permit,
+                table,
+                model,
+                metrics: self.shared.core.parts.metrics.clone(),
+                stream,
+                arrived: now,
+                sent: now,
+                prefilled_elsewhere: false,
+                // No retry stage judged a 502 or 503 on its head: the end does.
+                settles_unavailable: true,
+            },
+        );
+        self.following = Some(Following {
+            served,
             stream,
-            predicted_ttft_s: routed.decision.predicted_ttft_s,
-            prefill_tokens: routed.prefill_tokens,
-            queued_ahead: routed.queued_ahead,
-            picked_at: Instant::now(),
+            allowance,
             response_headers,
-            status: None,
-            owed: None,
             usage,
-            peeked: None,
-            prefill: Some(routed.prefill),
-            pending: routed.pending,
-            _inflight: routed.inflight,
-            permit,
-            table,
         });
     }
 
     /// The response head of a picked request: the headers to add to it.
     fn on_response_head(&mut self, status: Option<u16>) -> Vec<(String, Vec<u8>)> {
-        let Some(s) = &mut self.served else {
+        let Some(f) = &mut self.following else {
             return Vec::new();
         };
-        s.status = status;
-        // As the proxy: a 502 or 503 counts as it is, another 5xx unless its body blames the
-        // request.
-        if status.is_some_and(|c| c >= 500 && c != 502 && c != 503) {
-            s.peeked = Some(Peeked::default());
+        if let Some(status) = status {
+            // A stream's first byte is what shows the engine working: owed from its head on
+            // (the Gateway sent the request a moment before).
+            let owed = f
+                .allowance
+                .filter(|_| f.stream && status < 300)
+                .map(|a| FirstByteOwed::new(f.served.replica().clone(), a, Instant::now()));
+            f.served.on_head(status, owed);
         }
-        // A stream's first byte is what shows the engine working: owed from its head on (the
-        // Gateway sent the request a moment before).
-        if s.stream && status.is_some_and(|c| c < 300) {
-            let allowance = s.table.config.health.overdue_after(s.predicted_ttft_s);
-            s.owed = allowance.map(|a| FirstByteOwed::new(s.replica.clone(), a, Instant::now()));
-        }
-        std::mem::take(&mut s.response_headers)
+        std::mem::take(&mut f.response_headers)
     }
 
     fn on_response_chunk(&mut self, chunk: &[u8]) {
-        let Some(s) = &mut self.served else { return };
-        if s.prefill.is_some() {
-            // The first byte: this request's prefill is done on the replica, and its engine is
-            // about to report the blocks.
-            s.prefill = None;
-            s.pending = None;
-            s.permit.first_token();
-            if let Some(owed) = s.owed.take() {
-                owed.arrived(Instant::now());
-            }
-            let ttfb = s.picked_at.elapsed().as_secs_f64();
-            s.route.first_byte.observe(ttfb);
-            // As the proxy: streams only (a whole answer's first byte is not its TTFT).
-            if s.stream && s.status.is_some_and(|c| c < 300) {
-                s.replica
-                    .ttft
-                    .lock()
-                    .observe(s.prefill_tokens, s.queued_ahead, ttfb);
-            }
-        }
-        if let Some(usage) = &mut s.usage {
+        let Some(f) = &mut self.following else { return };
+        f.served.first_byte(Instant::now());
+        if let Some(usage) = &mut f.usage {
             usage.feed(chunk);
         }
-        if let Some(peeked) = &mut s.peeked {
-            peeked.feed(chunk);
-        }
+        f.served.peek(chunk);
     }
 
     /// The response has ended: its outcome counts as the proxy's does, and the replica is
     /// released.
     fn settle(&mut self) {
-        let Some(s) = self.served.take() else { return };
-        if let Some(status) = s.status {
-            if status < 500 {
-                s.replica.health.on_success();
-            } else if s.peeked.as_ref().is_some_and(Peeked::blames_the_request) {
-                tracing::debug!(replica = %s.replica.name, status, "an error answer that blames the request; not held against the replica");
-            } else {
-                s.table.answer_failed(&s.replica, &s.model);
-            }
-            self.shared.core.parts.metrics.count(&s.route, status);
+        if let Some(f) = self.following.take() {
+            f.served.settle(Outcome::Ended);
         }
-        s.route
-            .duration
-            .observe(s.picked_at.elapsed().as_secs_f64());
     }
 }
 

@@ -42,7 +42,8 @@ pub mod saturation;
 #[cfg(test)]
 mod tests;
 
-use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit, Placement};
+use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit};
+use crate::choice::Placement;
 use crate::config::{Fairness, FlowConfig, SaturationConfig};
 use crate::errors::ApiError;
 use crate::metrics::{DispatchLabels, Metrics, ObjectiveLabels, RefusalLabels, TenantLabels};
@@ -50,7 +51,7 @@ use crate::state::publish::TableReader;
 use crate::state::table::Table;
 use crate::tenants::{Objective, Tenant};
 use parking_lot::Mutex;
-use saturation::Admitted;
+use saturation::AdmittedLoad;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,10 +89,10 @@ struct State {
 #[derive(Default)]
 struct ModelFlow {
     queue: Option<FlowQueue<Waiter>>,
-    admitted: Admitted,
+    admitted: AdmittedLoad,
     /// Of `admitted`, the requests that have no first token yet, and their prompt tokens
     /// (uncached, once the replica choice has said): prefill work still ahead in the engines.
-    prefilling: Admitted,
+    prefilling: AdmittedLoad,
     /// Of `prefilling`, the requests admitted while their tenant was under its share.
     light_prefilling: u32,
     /// Requests in flight per tenant (entries go at zero, so the map holds at most one entry
@@ -359,7 +360,7 @@ impl FlowControl {
         tenant: &Tenant,
         candidates: Option<&Arc<[crate::state::table::Candidate]>>,
         bounds: &SaturationConfig,
-        saturated: &dyn Fn(&SaturationConfig, Admitted) -> bool,
+        saturated: &dyn Fn(&SaturationConfig, AdmittedLoad) -> bool,
         now: Instant,
     ) -> bool {
         let Some(wider) = saturation::with_headroom(bounds) else {
@@ -421,8 +422,8 @@ fn under_share(
 /// A request of `seed` is admitted: it counts in flight, and its prompt as prefill ahead (the
 /// fields of a [`ModelFlow`], apart so that its queue can stay borrowed).
 fn count_in(
-    admitted: &mut Admitted,
-    prefilling: &mut Admitted,
+    admitted: &mut AdmittedLoad,
+    prefilling: &mut AdmittedLoad,
     tenants: &mut HashMap<Arc<str>, u32>,
     seed: &Seed,
 ) {
@@ -742,7 +743,7 @@ struct Grant {
     /// first token came (or it ended without one). Changed only under the state lock, so that
     /// it and the model's count move together.
     prefilling: AtomicU64,
-    /// Admitted while its tenant was under its share (`light_prefill_first` holds others'
+    /// AdmittedLoad while its tenant was under its share (`light_prefill_first` holds others'
     /// queued work until its first token).
     light: bool,
     /// What the replica choice is asked for this request.

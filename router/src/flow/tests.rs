@@ -2,9 +2,9 @@
 //! pure rules that put tenants under their share ahead of a backlog.
 
 use super::saturation::{
-    every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, Admitted,
+    every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, AdmittedLoad,
 };
-use crate::api::admission::Placement;
+use crate::choice::Placement;
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
 use crate::state::inflight_limit::{learn_limit, Learned};
@@ -42,7 +42,7 @@ fn the_pool_is_saturated_only_when_every_ready_replica_is() {
     let bounds = SaturationConfig::default();
     let now = Instant::now();
     let (r0, r1) = (reg.get("r0").unwrap(), reg.get("r1").unwrap());
-    let sat = |now| saturated(c, &bounds, Admitted::default(), STALE, now);
+    let sat = |now| saturated(c, &bounds, AdmittedLoad::default(), STALE, now);
     assert!(
         !sat(now),
         "engines that never reported load are not saturated"
@@ -64,7 +64,7 @@ fn the_pool_is_saturated_only_when_every_ready_replica_is() {
     assert!(!saturated(
         c,
         &lenient,
-        Admitted::default(),
+        AdmittedLoad::default(),
         STALE,
         now + Duration::from_secs(1)
     ));
@@ -94,7 +94,7 @@ fn the_routers_own_counts_bound_the_pool_at_once() {
         learned_inflight_max: 1024,
     };
     let now = Instant::now();
-    let admitted = |requests, tokens| Admitted { requests, tokens };
+    let admitted = |requests, tokens| AdmittedLoad { requests, tokens };
     assert!(!saturated(c, &bounds, admitted(3, 0), STALE, now));
     assert!(
         saturated(c, &bounds, admitted(4, 0), STALE, now),
@@ -319,7 +319,7 @@ fn learned_bounds_saturate_the_pool_by_the_routers_own_count() {
     };
     let now = Instant::now();
     let (r0, r1) = (reg.get("r0").unwrap(), reg.get("r1").unwrap());
-    let admitted = |requests| Admitted {
+    let admitted = |requests| AdmittedLoad {
         requests,
         tokens: 0,
     };

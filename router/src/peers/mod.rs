@@ -224,7 +224,7 @@ async fn follow_all(
                 following.insert(addr.clone(), task.abort_handle());
             }
         }
-        receiver.metrics.peers_followed.set(following.len() as i64);
+        receiver.metrics.peers.followed.set(following.len() as i64);
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => break,
@@ -336,7 +336,8 @@ fn find(table: &Table, model: &str, name: &str) -> Option<ReplicaId> {
 
 fn count(metrics: &Metrics, kind: &'static str) {
     metrics
-        .peer_messages
+        .peers
+        .messages
         .get_or_create(&PeerLabels { kind })
         .inc();
 }

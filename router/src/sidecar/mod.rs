@@ -4,7 +4,7 @@
 //!
 //! The scheduler in front picks a decode pod and a prefill pod, and sends the request to the
 //! decode pod's sidecar with `x-prefiller-host-port: HOST:PORT` naming the prefill pod. The
-//! sidecar runs the prefill there with vLLM's NIXL protocol ([`crate::api::pd::nixl`]: a
+//! sidecar runs the prefill there with vLLM's NIXL protocol ([`crate::pd_wire::nixl`]: a
 //! one-token request whose answer carries `kv_transfer_params`), then sends the decode request
 //! with those parameters to its local engine and streams the answer back. Without the header,
 //! or on another of the engine's inference, health and metrics paths

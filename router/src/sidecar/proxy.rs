@@ -8,14 +8,14 @@
 
 use super::guard::{PrefillTarget, TargetError};
 use super::{EngineUrl, SidecarTimeouts, UpstreamClient};
-use crate::api::forward::strip_hop_by_hop;
-use crate::api::pd::nixl::{self, NixlError};
-use crate::api::pd::{prefill_headers, read_prefill_answer, AnswerError};
-use crate::api::read_body::read_body;
+use crate::body::read_body;
 use crate::body::IdleTimeout;
 use crate::config::PrefillFailure;
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::SidecarMetrics;
+use crate::pd_wire::nixl::{self, NixlError};
+use crate::pd_wire::{prefill_headers, read_prefill_answer, AnswerError};
+use crate::upstream::strip_hop_by_hop;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 /// The header an llm-d-style scheduler names the prefill pod with (warmpath's router sends it
 /// too, with `pd.connector: sidecar`).
-pub use crate::api::forward::PREFILLER_HEADER;
+pub use crate::pd_wire::PREFILLER_HEADER;
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The paths whose requests are split; the NIXL bodies are those of the OpenAI completion APIs.

@@ -18,7 +18,7 @@
 //! after the engines, or drops messages, still reaches `Fresh` while the engine keeps them.
 //!
 //! An uncertain replica is matched by the better of its events and the approximate index
-//! (see `api::choose`). When the replica leaves the configuration or its endpoint changes,
+//! (see `crate::choice`). When the replica leaves the configuration or its endpoint changes,
 //! its blocks are forgotten and the task starts over.
 
 use crate::backoff::Backoff;
@@ -279,7 +279,7 @@ fn forget(replica: &ReplicaState, precise: &SharedPrecise, metrics: &Metrics) {
     let labels = ReplicaLabels {
         replica: replica.name.clone(),
     };
-    if let Some(mode) = metrics.kv_mode.get(&labels) {
+    if let Some(mode) = metrics.replicas.kv_mode.get(&labels) {
         mode.set(0);
     }
 }
@@ -310,6 +310,7 @@ fn set_mode(replica: &ReplicaState, metrics: &Metrics, mode: KvMode) {
         KvMode::Fresh => 2,
     };
     metrics
+        .replicas
         .kv_mode
         .get_or_create(&ReplicaLabels {
             replica: replica.name.clone(),

@@ -282,6 +282,7 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                     Err(_) => "error",
                 };
                 metrics
+                    .replicas
                     .health_checks
                     .get_or_create(&ResultLabels { result: label })
                     .inc();
@@ -335,6 +336,7 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                 }
             };
             metrics
+                .replicas
                 .scrapes
                 .get_or_create(&ResultLabels { result: label })
                 .inc();

@@ -22,9 +22,7 @@
 //! (half-open), and a success resets the backoff.
 
 use crate::config::HealthConfig;
-use crate::state::replica::ReplicaState;
 use parking_lot::Mutex;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
@@ -66,6 +64,36 @@ struct HealthInner {
 }
 
 impl Health {
+    /// One more stream owes its first byte, sent `now`, overdue after `allowance`
+    /// ([`super::replica::FirstByteOwed`]).
+    pub(super) fn owe_first_byte(&self, allowance: Duration, now: Instant) {
+        let mut h = self.inner.lock();
+        if h.owed == 0 {
+            h.progress_at = Some(now);
+            h.allowance = allowance;
+        } else {
+            h.allowance = h.allowance.max(allowance);
+        }
+        h.owed += 1;
+    }
+
+    /// An owed first byte came: the replica is making progress.
+    pub(super) fn first_byte_arrived(&self, now: Instant) {
+        let mut h = self.inner.lock();
+        h.progress_at = Some(now);
+        h.answered_at = Some(now);
+        h.stall_reported = false;
+    }
+
+    /// An owed first byte is no longer owed (it came, or its request ended without it).
+    pub(super) fn first_byte_settled(&self) {
+        let mut h = self.inner.lock();
+        h.owed = h.owed.saturating_sub(1);
+        if h.owed == 0 {
+            h.progress_at = None;
+            h.stall_reported = false;
+        }
+    }
     /// May the router send this replica a request now?
     pub fn is_ready(&self, now: Instant) -> bool {
         let h = self.inner.lock();
@@ -244,50 +272,6 @@ impl Health {
         h.scrape_failures = h.scrape_failures.saturating_add(1);
         if refused || h.scrape_failures >= threshold {
             h.scrape_down = true;
-        }
-    }
-}
-
-/// A stream's first byte, owed by its replica from when it is sent until it arrives (or the
-/// request ends without one): see [`Health::is_stalled`].
-#[derive(Debug)]
-pub struct FirstByteOwed {
-    replica: Arc<ReplicaState>,
-}
-
-impl FirstByteOwed {
-    /// The stream was sent now; its first byte is overdue after `allowance`.
-    pub fn new(replica: Arc<ReplicaState>, allowance: Duration, now: Instant) -> Self {
-        {
-            let mut h = replica.health.inner.lock();
-            if h.owed == 0 {
-                h.progress_at = Some(now);
-                h.allowance = allowance;
-            } else {
-                h.allowance = h.allowance.max(allowance);
-            }
-            h.owed += 1;
-        }
-        Self { replica }
-    }
-
-    /// The first byte came: the replica is making progress.
-    pub fn arrived(self, now: Instant) {
-        let mut h = self.replica.health.inner.lock();
-        h.progress_at = Some(now);
-        h.answered_at = Some(now);
-        h.stall_reported = false;
-        // Drop settles the debt.
-    }
-}
-
-impl Drop for FirstByteOwed {
-    fn drop(&mut self) {
-        let mut h = self.replica.health.inner.lock();
-        h.owed = h.owed.saturating_sub(1);
-        if h.owed == 0 {
-            h.progress_at = None;
-            h.stall_reported = false;
         }
     }
 }

@@ -538,6 +538,33 @@ impl ReplicaRegistry {
     }
 }
 
+/// A stream's first byte, owed by its replica from when it is sent until it arrives (or the
+/// request ends without one): see [`Health::is_stalled`].
+#[derive(Debug)]
+pub struct FirstByteOwed {
+    replica: Arc<ReplicaState>,
+}
+
+impl FirstByteOwed {
+    /// The stream was sent now; its first byte is overdue after `allowance`.
+    pub fn new(replica: Arc<ReplicaState>, allowance: Duration, now: Instant) -> Self {
+        replica.health.owe_first_byte(allowance, now);
+        Self { replica }
+    }
+
+    /// The first byte came: the replica is making progress.
+    pub fn arrived(self, now: Instant) {
+        self.replica.health.first_byte_arrived(now);
+        // Drop settles the debt.
+    }
+}
+
+impl Drop for FirstByteOwed {
+    fn drop(&mut self) {
+        self.replica.health.first_byte_settled();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_replica_owing_first_bytes_past_their_allowance_is_stalled_until_one_comes() {
-        use crate::state::health::FirstByteOwed;
+        use crate::state::replica::FirstByteOwed;
         use std::time::{Duration, Instant};
         let replica = test_replica();
         let h = &replica.health;

@@ -8,7 +8,12 @@
 //! (bench/datapath.sh), and the data path is where that cost matters.
 //!
 //! The connection's release is this module's concern too: a response's body is a
-//! [`PooledBody`], which hands its connection back when it has been read to the end.
+//! [`PooledBody`], which hands its connection back when it has been read to the end. And what
+//! does not pass a hop ([`strip_hop_by_hop`]).
+
+mod hop_by_hop;
+
+pub(crate) use hop_by_hop::strip_hop_by_hop;
 
 use bytes::Bytes;
 use http::{Request, Response};

@@ -121,6 +121,47 @@ pub async fn router_metrics(admin: SocketAddr) -> String {
     get(admin, "/metrics").await.expect("metrics").body
 }
 
+/// Poll the router's metrics until the sum of the series `name{labels}` satisfies `ok` (for at
+/// most 10 s, then fail with the page), and return that page: tests order their steps by what
+/// the router has observably done, never by a bare sleep.
+pub async fn until_metric(
+    admin: SocketAddr,
+    name: &str,
+    labels: &[(&str, &str)],
+    ok: impl Fn(f64) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = router_metrics(admin).await;
+        if ok(metric(&m, name, labels)) {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}{labels:?} never got there:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Until the router holds `n` requests in flight (over its replicas): they have been admitted
+/// and sent on.
+pub async fn until_in_flight(admin: SocketAddr, n: f64) -> String {
+    until_metric(admin, "warmpath_inflight_requests", &[], |v| v >= n).await
+}
+
+/// Until every engine has been scraped successfully at least `n` times over all (their idle
+/// load is known before what the test sends).
+pub async fn until_scraped(admin: SocketAddr, n: f64) -> String {
+    until_metric(
+        admin,
+        "warmpath_engine_scrapes_total",
+        &[("result", "ok")],
+        |v| v >= n,
+    )
+    .await
+}
+
 /// A prompt of about `bytes` bytes, deterministic per `seed`.
 pub fn text(seed: u64, bytes: usize) -> String {
     let mut s = String::with_capacity(bytes + 16);

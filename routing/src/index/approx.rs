@@ -5,8 +5,8 @@
 //!   LRU node (inline for the common single holder, a sorted boxed slice for a few, plus a
 //!   bitset for many). One probe answers "who holds block `i`" for all candidates at once, and
 //!   finds a replica's node to refresh or evict, so no per-replica map is needed.
-//! - Per replica, an LRU: a slab of nodes (block hash, prev, next) linked most-recent first,
-//!   with a free list; eviction pops the tail.
+//! - Per replica, an LRU of its blocks (`warmpath_lru::SlabLru`: a slab of (block hash, last
+//!   use) linked by index, with a free list); eviction takes the least recently routed.
 //!
 //! [`PrefixIndex::on_routed`] touches a prompt's blocks from last to first, so a prompt's first
 //! blocks are always more recent than its later ones and eviction eats chains from the tail.
@@ -29,20 +29,21 @@
 
 use super::block_key::BlockKey;
 use super::holders::{and, Bits, Holder, Holders, SHARE_BYTES, WORDS};
-use super::lru::{Node, ReplicaLru, NIL};
+use super::lru::{oldest_use, Held, ReplicaLru};
 use super::{CacheRoom, IndexLimits, IndexStats, PrefixIndex, INLINE_REPLICAS};
 use crate::{BlockHash, ReplicaId};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::mem::size_of;
+use warmpath_lru::MAX_SLOTS;
 
 const SLOT_BYTES: usize = size_of::<(BlockHash, Holders)>() + 1;
 /// Estimated bytes per (replica, block) entry; see the module docs.
 pub const ENTRY_BYTES: usize =
-    size_of::<Node>() + size_of::<Holder>() + SLOT_BYTES.div_ceil(7) * 8 + SHARE_BYTES;
+    ReplicaLru::ENTRY_BYTES + size_of::<Holder>() + SLOT_BYTES.div_ceil(7) * 8 + SHARE_BYTES;
 
 // The estimate above is only as good as these layouts; keep them from growing unnoticed.
-const _: () = assert!(size_of::<Node>() == 20);
+const _: () = assert!(ReplicaLru::ENTRY_BYTES == 20);
 const _: () = assert!(size_of::<Holders>() <= 24);
 
 type HolderMap = HashMap<BlockHash, Holders, BlockKey>;
@@ -93,14 +94,14 @@ impl ApproxIndex {
     /// whole bound free.
     pub fn room(&self, replica: ReplicaId) -> CacheRoom {
         let lru = self.replicas.get(&replica);
-        let held = lru.map_or(0, |l| l.len);
+        let held = lru.map_or(0, ReplicaLru::len);
         CacheRoom {
             free_blocks: self
                 .cap_of(replica)
                 .saturating_sub(held)
                 .min(u32::MAX as usize) as u32,
             idle_routings: lru
-                .and_then(ReplicaLru::oldest_use)
+                .and_then(oldest_use)
                 .map_or(u32::MAX, |used| self.clock.wrapping_sub(used)),
         }
     }
@@ -152,17 +153,17 @@ impl ApproxIndex {
         let Some(lru) = self.replicas.get_mut(&id) else {
             return;
         };
-        while lru.len > cap {
-            let Some(hash) = lru.pop_back() else { break };
-            forget(&mut self.holders, hash, id);
+        while lru.len() > cap {
+            let Some(old) = lru.pop_oldest() else { break };
+            forget(&mut self.holders, old.hash(), id);
             self.entries -= 1;
             self.evictions += 1;
         }
         // Compact so the slab's memory goes back too, re-pointing the holders' slots.
         let mut fresh = ReplicaLru::new();
-        for (hash, used) in lru.oldest_first() {
-            let slot = fresh.push_front(hash, used, cap);
-            if let Some(h) = self.holders.get_mut(&hash) {
+        for (_, &held) in lru.oldest_first() {
+            let slot = fresh.push_newest(held, cap);
+            if let Some(h) = self.holders.get_mut(&held.hash()) {
                 h.set_node(id, slot);
             }
         }
@@ -183,7 +184,7 @@ impl ApproxIndex {
 
     /// How many (replica, block) entries one replica may hold under the current limits.
     pub fn entries_per_replica(&self) -> usize {
-        (self.limits.max_bytes_per_replica / ENTRY_BYTES).min(NIL as usize)
+        (self.limits.max_bytes_per_replica / ENTRY_BYTES).min(MAX_SLOTS)
     }
 
     /// Whether `replica` holds the block `hash` (one probe; used by tests and debugging).
@@ -195,7 +196,7 @@ impl ApproxIndex {
 
     /// Entries held for one replica.
     pub fn replica_entries(&self, replica: ReplicaId) -> usize {
-        self.replicas.get(&replica).map_or(0, |l| l.len)
+        self.replicas.get(&replica).map_or(0, ReplicaLru::len)
     }
 
     /// Heap bytes actually reserved by the index, from its tables' capacities (includes the
@@ -323,17 +324,18 @@ impl PrefixIndex for ApproxIndex {
         let lru = self.replicas.entry(replica).or_default();
         for &hash in hashes.iter().rev() {
             if let Some(node) = self.holders.get(&hash).and_then(|h| h.node_of(replica)) {
-                lru.touch(node, now);
+                lru.get_mut(node).used = now;
+                lru.touch(node);
                 continue;
             }
-            if lru.len >= cap {
-                if let Some(old) = lru.pop_back() {
-                    forget(&mut self.holders, old, replica);
+            if lru.len() >= cap {
+                if let Some(old) = lru.pop_oldest() {
+                    forget(&mut self.holders, old.hash(), replica);
                     self.entries -= 1;
                     self.evictions += 1;
                 }
             }
-            let node = lru.push_front(hash, now, cap);
+            let node = lru.push_newest(Held::new(hash, now), cap);
             match self.holders.entry(hash) {
                 Entry::Occupied(mut e) => e.get_mut().insert(replica, node),
                 Entry::Vacant(e) => {
@@ -347,10 +349,10 @@ impl PrefixIndex for ApproxIndex {
     fn remove_replica(&mut self, replica: ReplicaId) {
         self.caps.remove(&replica);
         if let Some(lru) = self.replicas.remove(&replica) {
-            for (hash, _) in lru.oldest_first() {
-                forget(&mut self.holders, hash, replica);
+            for (_, held) in lru.oldest_first() {
+                forget(&mut self.holders, held.hash(), replica);
             }
-            self.entries -= lru.len;
+            self.entries -= lru.len();
         }
     }
 

@@ -3,9 +3,9 @@
 //! costs the same however many hold them. The bitset over inline replica ids is also what the
 //! index's bisection intersects.
 
-use super::lru::NIL;
 use crate::ReplicaId;
 use std::mem::size_of;
+use warmpath_lru::NIL;
 
 /// Replica ids below this are matched with a bitset bisection shared by all candidates (the
 /// fast path); larger ids work too, through a per-candidate binary search.

@@ -7,7 +7,8 @@
 //! in memory by configuration: peers shipped unbounded indexes, we don't.
 //!
 //! The approximate index is built from three parts: `holders` (per block, the replicas holding
-//! it, with a bitset for the bisection), `lru` (per replica, its blocks in recency order) and
+//! it, with a bitset for the bisection), `lru` (per replica, its blocks in recency order: the
+//! workspace's one LRU, `warmpath_lru`, which the precise index uses too) and
 //! `block_key` (the keyed hasher of the block map); `approx` puts them together and documents
 //! the layout, the key invariant and the memory accounting.
 

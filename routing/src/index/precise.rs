@@ -85,13 +85,13 @@
 
 use super::block_key::BlockKey;
 use super::holders::{Bits, Holder, Holders, SHARE_BYTES, WORDS};
-use super::lru::NIL;
 use super::{IndexStats, PrefixIndex, INLINE_REPLICAS};
 use crate::{BlockHash, ReplicaId};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::mem::size_of;
 use warmpath_kv_events::{BlockHash as EngineHash, KvEvent, MEDIUM_GPU};
+use warmpath_lru::{SlabLru, MAX_SLOTS};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// The parent key of a sequence's first block ("precise!").
@@ -231,27 +231,24 @@ pub struct PreciseStats {
     pub capacity_bytes: usize,
 }
 
-/// One engine block of one replica: its digest, router key and place in the insertion order.
+/// One engine block of one replica: its digest and router key.
 #[derive(Debug, Clone, Copy)]
-struct Node {
+struct Block {
     digest: u64,
     key: BlockHash,
-    /// Towards the newest block.
-    newer: u32,
-    /// Towards the oldest block.
-    older: u32,
 }
 
 const ENGINE_SLOT_BYTES: usize = size_of::<(u64, u32)>() + 1;
 const HOLDER_SLOT_BYTES: usize = size_of::<(BlockHash, Holders)>() + 1;
 
-/// Estimated bytes per (replica, engine block) entry: its node (24 B) and a free-list slot (4 B),
-/// its engine-map slot and a whole holder-map slot (both at the tables' 7/8 maximum load), its
-/// holder record (8 B) and its share of a shared block's holder-list overhead. The holder-map
-/// slot is shared by all holders of a router key, so charging it to each entry over-estimates
-/// shared blocks. Not counted, as in the approximate index: the maps' spare capacity between
-/// doublings ([`PreciseIndex::allocated_bytes`] has the figure from actual capacities).
-pub const PRECISE_ENTRY_BYTES: usize = size_of::<Node>()
+/// Estimated bytes per (replica, engine block) entry: its block with its links (24 B) and a
+/// free-list slot (4 B), its engine-map slot and a whole holder-map slot (both at the tables' 7/8
+/// maximum load), its holder record (8 B) and its share of a shared block's holder-list
+/// overhead. The holder-map slot is shared by all holders of a router key, so charging it to
+/// each entry over-estimates shared blocks. Not counted, as in the approximate index: the maps'
+/// spare capacity between doublings ([`PreciseIndex::allocated_bytes`] has the figure from
+/// actual capacities).
+pub const PRECISE_ENTRY_BYTES: usize = SlabLru::<Block>::ENTRY_BYTES
     + size_of::<u32>()
     + ENGINE_SLOT_BYTES.div_ceil(7) * 8
     + HOLDER_SLOT_BYTES.div_ceil(7) * 8
@@ -261,19 +258,15 @@ pub const PRECISE_ENTRY_BYTES: usize = size_of::<Node>()
 /// Estimated fixed bytes per replica with state (its record and its slot in the replica map).
 pub const REPLICA_BYTES: usize = (size_of::<(ReplicaId, Replica)>() + 1).div_ceil(7) * 8;
 
-const _: () = assert!(size_of::<Node>() == 24);
+const _: () = assert!(SlabLru::<Block>::ENTRY_BYTES == 24);
 
-/// One replica: its block size, engine hash → node, and its nodes in insertion order (a slab
-/// linked by index, oldest evicted first).
+/// One replica: its block size, engine hash → slot, and its blocks in insertion order (oldest
+/// evicted first; a store of a block it holds already makes it the newest).
 #[derive(Debug)]
 struct Replica {
     block_size: Option<u32>,
     by_engine: HashMap<u64, u32, BlockKey>,
-    nodes: Vec<Node>,
-    free: Vec<u32>,
-    newest: u32,
-    oldest: u32,
-    len: usize,
+    blocks: SlabLru<Block>,
 }
 
 impl Replica {
@@ -281,12 +274,12 @@ impl Replica {
         Self {
             block_size: None,
             by_engine: HashMap::with_hasher(hasher),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            newest: NIL,
-            oldest: NIL,
-            len: 0,
+            blocks: SlabLru::new(),
         }
+    }
+
+    fn len(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Drop all blocks and release the tables (the caller releases the router keys first);
@@ -297,73 +290,17 @@ impl Replica {
         self.block_size = block_size;
     }
 
-    fn unlink(&mut self, i: u32) {
-        let Node { newer, older, .. } = self.nodes[i as usize];
-        match newer {
-            NIL => self.newest = older,
-            n => self.nodes[n as usize].older = older,
-        }
-        match older {
-            NIL => self.oldest = newer,
-            o => self.nodes[o as usize].newer = newer,
-        }
-    }
-
-    fn link_newest(&mut self, i: u32) {
-        let old = self.newest;
-        let node = &mut self.nodes[i as usize];
-        node.newer = NIL;
-        node.older = old;
-        match old {
-            NIL => self.oldest = i,
-            o => self.nodes[o as usize].newer = i,
-        }
-        self.newest = i;
-    }
-
-    fn touch(&mut self, i: u32) {
-        if self.newest != i {
-            self.unlink(i);
-            self.link_newest(i);
-        }
-    }
-
     /// Add a block (its digest known absent) as the newest. `cap` bounds the slab's growth.
     fn push(&mut self, digest: u64, key: BlockHash, cap: usize) {
-        let node = Node {
-            digest,
-            key,
-            newer: NIL,
-            older: NIL,
-        };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.nodes[i as usize] = node;
-                i
-            }
-            None => {
-                if self.nodes.len() == self.nodes.capacity() {
-                    let room = cap.saturating_sub(self.nodes.len());
-                    self.nodes
-                        .reserve_exact(self.nodes.len().max(64).min(room).max(1));
-                }
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
-        self.link_newest(i);
-        self.by_engine.insert(digest, i);
-        self.len += 1;
+        let slot = self.blocks.push_newest(Block { digest, key }, cap);
+        self.by_engine.insert(digest, slot);
     }
 
-    /// Remove node `i` and return it (the caller releases its router key).
-    fn take(&mut self, i: u32) -> Node {
-        self.unlink(i);
-        self.free.push(i);
-        self.len -= 1;
-        let node = self.nodes[i as usize];
-        self.by_engine.remove(&node.digest);
-        node
+    /// Remove the block in `slot` and return it (the caller releases its router key).
+    fn take(&mut self, slot: u32) -> Block {
+        let block = self.blocks.take(slot);
+        self.by_engine.remove(&block.digest);
+        block
     }
 
     /// The slot of the block stored under `digest`.
@@ -371,21 +308,13 @@ impl Replica {
         self.by_engine.get(&digest).copied()
     }
 
-    /// Router keys and digests from oldest to newest.
-    fn oldest_first(&self) -> Vec<(u64, BlockHash)> {
-        let mut order = Vec::with_capacity(self.len);
-        let mut i = self.oldest;
-        while i != NIL {
-            let n = &self.nodes[i as usize];
-            order.push((n.digest, n.key));
-            i = n.newer;
-        }
-        order
+    /// Blocks from oldest to newest.
+    fn oldest_first(&self) -> Vec<Block> {
+        self.blocks.oldest_first().map(|(_, b)| *b).collect()
     }
 
     fn allocated_bytes(&self) -> usize {
-        self.nodes.capacity() * size_of::<Node>()
-            + self.free.capacity() * size_of::<u32>()
+        self.blocks.allocated_bytes()
             + self.by_engine.capacity().div_ceil(7) * 8 * ENGINE_SLOT_BYTES
     }
 }
@@ -524,12 +453,12 @@ impl PreciseIndex {
         self.limits
     }
 
-    /// Blocks one replica may hold (slab slots are `u32`, so at most `u32::MAX - 1`).
+    /// Blocks one replica may hold (slab slots are `u32`, at most [`MAX_SLOTS`]).
     fn per_replica_cap(&self) -> usize {
         self.limits
             .max_blocks_per_replica
             .min(self.limits.max_blocks_total)
-            .min(NIL as usize - 1)
+            .min(MAX_SLOTS)
     }
 
     /// Change the bounds (configuration reload); shrinking evicts at once, by the same rules
@@ -555,11 +484,11 @@ impl PreciseIndex {
             if let Some(r) = self
                 .replicas
                 .get_mut(&id)
-                .filter(|r| r.nodes.capacity() > cap)
+                .filter(|r| r.blocks.capacity() > cap)
             {
                 let order = r.oldest_first();
                 r.reset();
-                for (digest, key) in order {
+                for Block { digest, key } in order {
                     r.push(digest, key, cap);
                 }
             }
@@ -650,7 +579,7 @@ impl PreciseIndex {
         }
         let parent_key = match s.parent_block_hash.map(engine_digest) {
             None => None,
-            Some(d) => match known.and_then(|r| r.slot(d).map(|i| r.nodes[i as usize].key)) {
+            Some(d) => match known.and_then(|r| r.slot(d).map(|i| r.blocks.get(i).key)) {
                 Some(key) => Some(key),
                 None => return Err(ApplyError::UnknownParent),
             },
@@ -706,15 +635,15 @@ impl PreciseIndex {
         for hash in block_hashes {
             match r.slot(engine_digest(hash)) {
                 Some(i) => {
-                    let node = r.take(i);
-                    release(&mut self.holders, node.key, replica);
+                    let block = r.take(i);
+                    release(&mut self.holders, block.key, replica);
                     self.entries -= 1;
                     applied.removed += 1;
                 }
                 None => applied.unknown += 1,
             }
         }
-        if r.len == 0 {
+        if r.len() == 0 {
             r.reset();
         }
         applied
@@ -725,13 +654,10 @@ impl PreciseIndex {
         let Some(r) = self.replicas.get_mut(&replica) else {
             return Applied::default();
         };
-        let mut i = r.oldest;
-        while i != NIL {
-            let node = &r.nodes[i as usize];
-            release(&mut self.holders, node.key, replica);
-            i = node.newer;
+        for (_, block) in r.blocks.oldest_first() {
+            release(&mut self.holders, block.key, replica);
         }
-        let removed = r.len;
+        let removed = r.len();
         self.entries -= removed;
         r.reset();
         Applied {
@@ -807,7 +733,7 @@ impl PreciseIndex {
 
     /// Blocks (engine blocks) held for one replica.
     pub fn replica_blocks(&self, replica: ReplicaId) -> usize {
-        self.replicas.get(&replica).map_or(0, |r| r.len)
+        self.replicas.get(&replica).map_or(0, Replica::len)
     }
 
     /// The block size `replica`'s events use, once one `BlockStored` told it (kept across
@@ -858,8 +784,8 @@ impl PreciseIndex {
     fn insert(&mut self, replica: ReplicaId, digest: u64, key: BlockHash, applied: &mut Applied) {
         if let Some(r) = self.replicas.get_mut(&replica) {
             if let Some(i) = r.slot(digest) {
-                if r.nodes[i as usize].key == key {
-                    r.touch(i);
+                if r.blocks.get(i).key == key {
+                    r.blocks.touch(i);
                     applied.refreshed += 1;
                     return;
                 }
@@ -898,12 +824,12 @@ impl PreciseIndex {
         let Some(r) = self.replicas.get_mut(&replica) else {
             return false;
         };
-        if r.oldest == NIL {
+        let Some(oldest) = r.blocks.oldest() else {
             return false;
-        }
-        let node = r.take(r.oldest);
-        release(&mut self.holders, node.key, replica);
-        if r.len == 0 {
+        };
+        let block = r.take(oldest);
+        release(&mut self.holders, block.key, replica);
+        if r.len() == 0 {
             r.reset();
         }
         self.entries -= 1;
@@ -915,8 +841,8 @@ impl PreciseIndex {
     fn largest_replica(&self) -> Option<ReplicaId> {
         self.replicas
             .iter()
-            .filter(|(_, r)| r.len > 0)
-            .max_by_key(|(&id, r)| (r.len, std::cmp::Reverse(id)))
+            .filter(|(_, r)| r.len() > 0)
+            .max_by_key(|(&id, r)| (r.len(), std::cmp::Reverse(id)))
             .map(|(&id, _)| id)
     }
 
@@ -928,21 +854,19 @@ impl PreciseIndex {
         let mut total = 0;
         for (&id, r) in &self.replicas {
             assert!(ids.contains(&id), "{id}");
-            let order = r.oldest_first();
-            assert_eq!(order.len(), r.len);
-            assert_eq!(r.by_engine.len(), r.len);
-            assert_eq!(r.nodes.len(), r.len + r.free.len());
-            assert!(r.len <= self.per_replica_cap());
-            assert!(r.nodes.capacity() <= self.per_replica_cap().max(1));
-            if r.len == 0 {
-                assert_eq!(r.nodes.capacity(), 0);
+            r.blocks.assert_consistent();
+            assert_eq!(r.by_engine.len(), r.len());
+            assert!(r.len() <= self.per_replica_cap());
+            assert!(r.blocks.capacity() <= self.per_replica_cap().max(1));
+            if r.len() == 0 {
+                assert_eq!(r.blocks.capacity(), 0);
             }
-            for (digest, key) in order {
+            for Block { digest, key } in r.oldest_first() {
                 let i = r.by_engine[&digest];
-                assert_eq!(r.nodes[i as usize].key, key);
+                assert_eq!(r.blocks.get(i).key, key);
                 *counts.entry((key, id)).or_default() += 1;
             }
-            total += r.len;
+            total += r.len();
         }
         assert_eq!(total, self.entries);
         assert!(self.entries <= self.limits.max_blocks_total);

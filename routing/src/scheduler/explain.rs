@@ -4,7 +4,7 @@
 //! so that a decision nobody asks about pays nothing for its explanation.
 
 use super::predicted::Predictor;
-use super::weighted::{weight, Scorers};
+use super::weighted::{Scorers, WeightedSum};
 use super::{ReplicaView, RequestView, Scheduler};
 use serde::Serialize;
 
@@ -42,19 +42,14 @@ impl Scheduler {
         request: &RequestView,
         candidates: &[ReplicaView<'_>],
     ) -> Vec<CandidateScores> {
-        let w = &self.config().weights;
-        let w = [
-            weight(w.prefix),
-            weight(w.load),
-            weight(w.queue),
-            weight(w.kv_cache),
-        ];
+        let sum = WeightedSum::new(&self.config().weights);
         let scorers = Scorers::new(candidates);
         let ttft = Predictor::new(request, candidates);
         candidates
             .iter()
             .map(|c| {
-                let [prefix, load, queue, kv_cache] = scorers.of(request, c);
+                let parts = scorers.of(request, c);
+                let [prefix, load, queue, kv_cache] = parts;
                 CandidateScores {
                     matched_blocks: c.matched_blocks,
                     queued_ahead: c.queued_ahead(),
@@ -63,7 +58,7 @@ impl Scheduler {
                     load,
                     queue,
                     kv_cache,
-                    score: w[0] * prefix + w[1] * load + w[2] * queue + w[3] * kv_cache,
+                    score: sum.of(parts),
                     predicted_ttft_s: ttft.of(c),
                     cost_s: ttft.cost(c),
                     leave_cost_s: ttft.leave_cost(c),

@@ -142,20 +142,33 @@ pub(super) fn weighted_scores(
     request: &RequestView,
     candidates: &[ReplicaView<'_>],
 ) -> Vec<f64> {
-    let w = [
-        weight(weights.prefix),
-        weight(weights.load),
-        weight(weights.queue),
-        weight(weights.kv_cache),
-    ];
+    let sum = WeightedSum::new(weights);
     let scorers = Scorers::new(candidates);
     candidates
         .iter()
-        .map(|c| {
-            let s = scorers.of(request, c);
-            w[0] * s[0] + w[1] * s[1] + w[2] * s[2] + w[3] * s[3]
-        })
+        .map(|c| sum.of(scorers.of(request, c)))
         .collect()
+}
+
+/// The configured weights in the scorers' order, each as [`weight`] reads it: the one
+/// definition of the weighted policy's score, which the explanation shows as the policy saw it.
+pub(super) struct WeightedSum([f64; 4]);
+
+impl WeightedSum {
+    pub(super) fn new(weights: &Weights) -> Self {
+        Self([
+            weight(weights.prefix),
+            weight(weights.load),
+            weight(weights.queue),
+            weight(weights.kv_cache),
+        ])
+    }
+
+    /// The score of one candidate's `[prefix, load, queue, kv_cache]` parts.
+    pub(super) fn of(&self, parts: [f64; 4]) -> f64 {
+        let [w, s] = [self.0, parts];
+        w[0] * s[0] + w[1] * s[1] + w[2] * s[2] + w[3] * s[3]
+    }
 }
 
 /// The four scorers' normalisers, taken over all candidates: each candidate's scores are

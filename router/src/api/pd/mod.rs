@@ -16,24 +16,20 @@
 //! (`fail`). Nothing waits out an engine timeout: the prefill answer is bounded by the router's
 //! header and idle timeouts. A client that goes away drops this future, and with it both legs.
 
-pub mod nixl;
-pub mod sglang;
-
-use super::admission::Placement;
-use super::choose::{choose_among, ChooseState, Routed};
 use super::forward::{send, UpstreamError};
 use super::{AttemptError, Chosen, StageFuture};
+use crate::choice::{Choice, Chooser, Routed};
 use crate::config::{Connector, PrefillFailure};
 use crate::errors::{ApiError, RespBody};
 use crate::metrics::Metrics;
+use crate::pd_wire::{nixl, prefill_headers, read_prefill_answer, sglang, AnswerError};
 use crate::state::replica::PrefillGuard;
 use crate::state::table::{Candidate, Table};
 use crate::upstream::PooledBody;
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
-use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http::header::{HeaderName, HeaderValue};
+use http::Response;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -44,21 +40,17 @@ use warmpath_routing::ReplicaId;
 
 pub const PREFILL_REPLICA_HEADER: HeaderName =
     HeaderName::from_static("x-warmpath-prefill-replica");
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// A prefill answer larger than this is not a one-token answer.
-const MAX_PREFILL_ANSWER: usize = 1 << 20;
 
 #[derive(Clone)]
 pub struct PdLayer {
-    choose: Arc<ChooseState>,
+    choose: Arc<Chooser>,
     metrics: Arc<Metrics>,
 }
 
 impl PdLayer {
-    /// `choose`: the replica choice's own state (index, tie-break seeds), shared so that the
-    /// prefill replica is chosen and recorded exactly as the decode replica was.
-    pub(super) fn new(choose: Arc<ChooseState>, metrics: Arc<Metrics>) -> Self {
+    /// `choose`: the router's chooser (index, tie-break seeds), shared so that the prefill
+    /// replica is chosen and recorded exactly as the decode replica was.
+    pub(super) fn new(choose: Arc<Chooser>, metrics: Arc<Metrics>) -> Self {
         Self { choose, metrics }
     }
 }
@@ -76,7 +68,7 @@ impl<S> Layer<S> for PdLayer {
 
 #[derive(Clone)]
 pub struct Pd<S> {
-    choose: Arc<ChooseState>,
+    choose: Arc<Chooser>,
     metrics: Arc<Metrics>,
     inner: S,
 }
@@ -140,7 +132,7 @@ impl LegFailure {
 }
 
 struct Split {
-    choose: Arc<ChooseState>,
+    choose: Arc<Chooser>,
     metrics: Arc<Metrics>,
     prefill: Arc<[Candidate]>,
 }
@@ -167,18 +159,19 @@ impl Split {
         let mut exclude: Vec<ReplicaId> = Vec::new();
         let mut last = LegFailure::new("no_prefill_replica", false, "no prefill replica is ready");
         for _ in 0..pd.prefill_attempts {
-            let leg = match choose_among(
-                self.choose.index(),
-                &table,
-                &self.prefill,
-                request.features(),
-                &exclude,
+            let leg = Choice {
+                exclude: &exclude,
                 // The prefill leg is where the prompt's prefill runs.
-                request.permit.placement(),
-                self.choose.next_seed(),
-                None,
-                false,
-            ) {
+                placement: request.permit.placement(),
+                seed: self.choose.next_seed(),
+                ..Choice::among(
+                    self.choose.indexes(),
+                    &table,
+                    &self.prefill,
+                    request.features(),
+                )
+            };
+            let leg = match leg.choose() {
                 Ok(leg) => leg,
                 Err(_) => break,
             };
@@ -251,17 +244,16 @@ impl Split {
         decode: &Candidate,
         request: &Arc<super::Admitted>,
     ) -> Result<Chosen, AttemptError> {
-        let routed = choose_among(
-            self.choose.index(),
-            table,
-            std::slice::from_ref(decode),
-            request.features(),
-            &[],
-            Placement::Any,
-            self.choose.next_seed(),
-            None,
-            false,
-        )
+        let routed = Choice {
+            seed: self.choose.next_seed(),
+            ..Choice::among(
+                self.choose.indexes(),
+                table,
+                std::slice::from_ref(decode),
+                request.features(),
+            )
+        }
+        .choose()
         .map_err(AttemptError::NoReplica)?;
         Ok(Chosen {
             request: request.clone(),
@@ -359,7 +351,7 @@ impl Split {
         let prefill_leg = {
             let head = prefill_head(&chosen);
             let config = table.config.clone();
-            let index = self.choose.index().approx.clone();
+            let index = self.choose.indexes().approx.clone();
             let metrics = self.metrics.clone();
             async move {
                 let result = run_leg(&prefill, head, body, &config, &index, &metrics).await;
@@ -420,7 +412,7 @@ impl Split {
             prefill_head(chosen),
             body,
             &chosen.request.ctx().table.config,
-            &self.choose.index().approx,
+            &self.choose.indexes().approx,
             &self.metrics,
         )
         .await
@@ -484,76 +476,6 @@ fn prefill_head(chosen: &Chosen) -> http::request::Parts {
     let mut head = chosen.request.parsed.read.head.clone();
     prefill_headers(&mut head.headers);
     head
-}
-
-/// A prefill leg's headers, made from the client's (here and in the P/D sidecar): a request id
-/// of its own (the engine keys its KV hand-off by it; the decode leg keeps the client's), JSON,
-/// and no `accept-encoding` (the answer is parsed here, so it must come uncompressed).
-pub(crate) fn prefill_headers(headers: &mut http::HeaderMap) {
-    let id = format!("{:032x}", rand::random::<u128>());
-    headers.insert(
-        REQUEST_ID,
-        HeaderValue::from_str(&id).expect("hex is a valid header value"),
-    );
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.remove(http::header::ACCEPT_ENCODING);
-}
-
-/// Why a prefill answer cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AnswerError {
-    /// 502/503/504: refused before computing anything, so another replica may be tried.
-    #[error("answered {0}")]
-    Unavailable(StatusCode),
-    #[error("answered {0}: {1}")]
-    Status(StatusCode, String),
-    #[error("did not finish its answer within {0:?}")]
-    Stalled(std::time::Duration),
-    #[error("broke off its answer: {0}")]
-    Body(String),
-}
-
-impl AnswerError {
-    /// The metric label.
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Unavailable(_) => "unavailable",
-            Self::Status(..) => "status",
-            Self::Stalled(_) => "timeout",
-            Self::Body(_) => "body",
-        }
-    }
-}
-
-/// A prefill answer, whole (at most [`MAX_PREFILL_ANSWER`] bytes, within `idle`), or why it
-/// cannot be used: the router's prefill legs and the P/D sidecar's read it alike.
-pub(crate) async fn read_prefill_answer<B>(
-    resp: Response<B>,
-    idle: std::time::Duration,
-) -> Result<Bytes, AnswerError>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let status = resp.status();
-    // Refused before computing anything: the body does not matter.
-    if matches!(
-        status,
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-    ) {
-        return Err(AnswerError::Unavailable(status));
-    }
-    let body = Limited::new(resp.into_body(), MAX_PREFILL_ANSWER).collect();
-    let bytes = match tokio::time::timeout(idle, body).await {
-        Err(_) => return Err(AnswerError::Stalled(idle)),
-        Ok(Err(e)) => return Err(AnswerError::Body(e.to_string())),
-        Ok(Ok(b)) => b.to_bytes(),
-    };
-    if !status.is_success() {
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-        return Err(AnswerError::Status(status, text));
-    }
-    Ok(bytes)
 }
 
 /// A prefill replica's answer, whole, or why it cannot be used.

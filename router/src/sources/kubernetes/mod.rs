@@ -24,6 +24,7 @@ pub mod translate;
 
 use crate::config::{ObjectiveConfig, PoolConfig, TenantPolicyConfig};
 use crate::metrics::{KubernetesMetrics, Metrics};
+use crate::state::discovery::DiscoveryStatus;
 use crate::state::publish::{Update, Updates};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
@@ -31,11 +32,9 @@ use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
-use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -65,39 +64,6 @@ impl fmt::Debug for Discovery {
             .field("secret_namespaces", &self.secret_namespaces)
             .field("boundaries", &self.boundaries)
             .finish_non_exhaustive()
-    }
-}
-
-/// Whether discovery has delivered its first full list, and the last watch error until then.
-/// Written by [`run`] only; read by `/readyz`.
-#[derive(Debug, Default)]
-pub struct DiscoveryStatus {
-    synced: AtomicBool,
-    error: Mutex<Option<String>>,
-}
-
-impl DiscoveryStatus {
-    /// `synced` from the start when there is nothing to discover (static mode).
-    pub fn new(synced: bool) -> Self {
-        Self {
-            synced: AtomicBool::new(synced),
-            error: Mutex::new(None),
-        }
-    }
-
-    /// Whether routing may start: once the first full list has been applied.
-    pub fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
-
-    /// The last watch error seen (cleared once synced): why the router is not ready yet.
-    pub fn error(&self) -> Option<String> {
-        self.error.lock().clone()
-    }
-
-    /// A watch failed before the first full list.
-    pub(crate) fn failed(&self, error: String) {
-        *self.error.lock() = Some(error);
     }
 }
 
@@ -447,8 +413,7 @@ pub(crate) async fn run(
                 objectives = objective_objs.len(),
                 "first full list from the Kubernetes API applied; ready"
             );
-            *status.error.lock() = None;
-            status.synced.store(true, Ordering::Release);
+            status.set_synced();
             metrics.synced.set(1);
         }
     }
