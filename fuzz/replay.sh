@@ -13,10 +13,12 @@ TARGETS=${TARGETS:-"request_parse config_parse kv_events_decode sse_usage"}
 for t in $TARGETS; do
   cargo +nightly fuzz build --dev "$t"
 done
+# The binaries themselves, given the inputs as files (not a corpus directory, which `cargo fuzz
+# run` would add): libFuzzer runs each file once and writes nothing.
+bin_dir="target/$(rustc +nightly -vV | sed -n 's/^host: //p')/debug"
 for t in $TARGETS; do
   inputs=$(find "seeds/$t" -type f | wc -l)
   [ "$inputs" -gt 0 ] || { echo "fuzz/replay.sh: no inputs in seeds/$t" >&2; exit 1; }
   echo "== $t: $inputs inputs" >&2
-  # The inputs as files (not a corpus directory): each is run once, and nothing is written.
-  find "seeds/$t" -type f -print0 | xargs -0 cargo +nightly fuzz run --dev "$t" -- -runs=1
+  find "seeds/$t" -type f -print0 | xargs -0 "$bin_dir/$t"
 done
