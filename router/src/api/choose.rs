@@ -2,10 +2,8 @@
 //! and the endpoint picker's one path: `crate::choice`), its own candidates excluded.
 
 use super::{Attempt, AttemptError, Chosen};
-use crate::choice::{Ask, Chooser, Indexes};
+use crate::choice::{Ask, Chooser};
 use crate::errors::RespBody;
-use crate::metrics::Metrics;
-use crate::state::index::SharedIndex;
 use futures_util::future::Either;
 use http::Response;
 use std::future::{ready, Ready};
@@ -24,9 +22,13 @@ impl ChooseLayer {
     }
 
     /// With no KV events (an empty precise index) and no decision log: for tests of the stack.
-    pub fn alone(index: SharedIndex, metrics: Arc<Metrics>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn alone(
+        index: crate::state::index::SharedIndex,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         Self::new(Arc::new(Chooser::new(
-            Indexes::alone(index),
+            crate::choice::Indexes::alone(index),
             metrics,
             Arc::default(),
         )))
@@ -69,7 +71,7 @@ where
             exclude: &attempt.exclude,
             placement: request.permit.placement(),
             headers: &request.parsed.read.head.headers,
-            request_id: &request.ctx().request_id,
+            request_id: Some(&request.ctx().request_id),
             tenant: &request.tenant.name,
         });
         match routed {

@@ -34,7 +34,8 @@ pub struct Ask<'a> {
     pub placement: Placement,
     /// The request's headers (`x-warmpath-explain`).
     pub headers: &'a HeaderMap,
-    pub request_id: &'a HeaderValue,
+    /// Its `x-request-id`, for the decision log (`None`: the log says none).
+    pub request_id: Option<&'a HeaderValue>,
     pub tenant: &'a Arc<str>,
 }
 
@@ -81,8 +82,9 @@ impl Chooser {
         .choose()?;
         if let Some(e) = &routed.explanation {
             if explain.recent > 0 {
+                let none = HeaderValue::from_static("");
                 let record = Record::now(
-                    ask.request_id,
+                    ask.request_id.unwrap_or(&none),
                     &ask.features.model,
                     ask.tenant.clone(),
                     asked,

@@ -49,8 +49,10 @@ pub struct Indexes {
 }
 
 impl Indexes {
-    /// Empty indexes with no KV events, no sessions kept across restarts and no peers.
-    pub fn alone(approx: SharedIndex) -> Self {
+    /// Empty indexes with no KV events, no sessions kept across restarts and no peers (for
+    /// tests).
+    #[cfg(test)]
+    pub(crate) fn alone(approx: SharedIndex) -> Self {
         Self {
             approx,
             precise: crate::state::index::precise(&Default::default()),

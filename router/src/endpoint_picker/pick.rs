@@ -157,11 +157,6 @@ impl Core {
                 .collect(),
             _ => Vec::new(),
         };
-        let request_id = head
-            .headers
-            .get("x-request-id")
-            .cloned()
-            .unwrap_or(http::HeaderValue::from_static(""));
         let routed = self
             .parts
             .chooser
@@ -171,7 +166,7 @@ impl Core {
                 exclude: &exclude,
                 placement: permit.placement(),
                 headers: &head.headers,
-                request_id: &request_id,
+                request_id: head.headers.get("x-request-id"),
                 tenant: &tenant.name,
             })
             .map_err(|error| Refusal {
