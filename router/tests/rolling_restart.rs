@@ -21,6 +21,32 @@ struct Router {
 }
 
 impl Router {
+    /// A router on ports of its own, ready. A port picked free may be taken by another test's
+    /// process before this one binds it: then the router exits at start, and new ports are
+    /// picked (the restarts later reuse the ports it got).
+    async fn ready(dir: &Path, name: &str, replicas: &[SocketAddr]) -> Router {
+        for _ in 0..5 {
+            let mut r = Router::new(dir, name, replicas);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if is_ready(r.admin).await {
+                    return r;
+                }
+                let exited = r.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                if exited.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "router at {} never became ready",
+                    r.admin
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        panic!("router {name} could not start on free ports");
+    }
+
     fn new(dir: &Path, name: &str, replicas: &[SocketAddr]) -> Router {
         let (api, admin) = (free_port(), free_port());
         let mut yaml = config_yaml(
@@ -105,12 +131,9 @@ async fn a_rolling_restart_of_two_routers_under_load_loses_no_request() {
     let dir = std::env::temp_dir().join(format!("warmpath-rolling-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut routers = [
-        Router::new(&dir, "a", &sim.addrs()),
-        Router::new(&dir, "b", &sim.addrs()),
+        Router::ready(&dir, "a", &sim.addrs()).await,
+        Router::ready(&dir, "b", &sim.addrs()).await,
     ];
-    for r in &routers {
-        until_ready(r.admin).await;
-    }
 
     // The load balancer: sends only to routers whose readiness it last saw pass, as
     // Kubernetes endpoints do, polling every 50 ms.
