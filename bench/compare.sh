@@ -35,6 +35,7 @@
 # ROUTER_EXTRA (YAML appended to warmpath's configuration, e.g. a `predictor:` block),
 # SCHEDULING_EXTRA (lines indented under its `scheduling:` section, e.g.
 # `  placement: {leave_factor: 4}`),
+# KEEP_RESULTS=1 (keep the suite's earlier results: a run split into parts by seeds),
 # SWEEP_SYSTEMS (which SYSTEMS also run the open-loop sweep; default all), OTHER_REQUESTS and
 # OTHER_WARMUP (fixed counts for the other workloads; default REQUESTS and WARMUP).
 # For the llm-d systems (llm-d: its shipped profile; llm-d-precise: KV events, real vLLM only):
@@ -148,7 +149,11 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 
 mkdir -p "$RESULTS"
-if [ "$SUITE" = sim ]; then
+# KEEP_RESULTS=1: a later part of a run split by seeds (bench/full.sh's main part) adds to what
+# the earlier parts of the same commit wrote instead of starting the suite afresh.
+if [ -n "${KEEP_RESULTS:-}" ]; then
+  :
+elif [ "$SUITE" = sim ]; then
   rm -f "$RESULTS"/warmpath-*.json "$RESULTS"/baseline-*.json "$RESULTS"/smg-*.json "$RESULTS"/llm-d-*.json "$RESULTS"/sglang-*.json "$RESULTS"/sim-*.png "$RESULTS"/sim-idle-*.json "$RESULTS"/commands.txt
 else
   rm -f "$RESULTS/$SUITE"-*.json
@@ -176,7 +181,7 @@ if [ "$SUITE" != sim ] && [ -f "$RESULTS/machine.txt" ]; then
 else
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "kernel: $(uname -srm)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') × $(nproc) cores"
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"

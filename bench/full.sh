@@ -14,7 +14,8 @@
 #   trace        bench/trace.sh: the Mooncake conversation trace; bench/results-trace
 #   main         bench/compare.sh: the wider table (every policy, the peers' algorithms on
 #                warmpath's data path, SMG's other policies, llm-d when EPP_BIN is set), the
-#                open-loop sweep, the idle plumbing, the data-path suite
+#                open-loop sweep, the idle plumbing, the data-path suite; in two halves of the
+#                scored seeds of about an hour each
 #   sensitivity  bench/sensitivity.sh: the binding workload under other hardware assumptions,
 #                and a mixed fleet
 #   vllm         bench/real-vllm.sh: three real vLLM engines beside SMG 1.13 and llm-d's EPP (its
@@ -23,8 +24,8 @@
 #   independent  bench/independent.sh: warmpath-bench's figures against guidellm's
 #   pd           bench/pd.sh: the prefill/decode split against unified serving and SMG's PD mode
 #   flow         bench/flow.sh: per-tenant fairness under overload
-# and one report (BENCHMARKS.md) over the main folder (the P/D and flow reports appended as they
-# are), and the README's generated block from the committed results its marker names.
+# and one report (BENCHMARKS.md) over the main folder (the routing, trace, real-engine, P/D and
+# flow reports appended as they are), and the README's generated block from the committed results its marker names.
 # Scored seeds: SCORE_SEEDS (default 31-40); warmpath's defaults were chosen on tuning seeds 1-10
 # and frozen before the scored seeds ran (bench/README.md, "Seeds").
 set -euo pipefail
@@ -74,14 +75,25 @@ fi
 LLMD=""
 [ -x "${EPP_BIN:-}" ] && LLMD=" llm-d"
 if has main; then
-  SEEDS=$SCORE_SEEDS REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 \
-    RATES="40 120" \
-    SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-round-robin smg-prefix-hash smg-cache-aware smg-cache-aware-tuned smg-power-of-two$LLMD" \
-    SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned" \
-    BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
-    OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
-    IDLE_SYSTEMS="warmpath-prefix smg-round-robin smg-cache-aware" IDLE_REQUESTS=100 \
-    bash bench/compare.sh
+  # Two halves of the scored seeds (each about an hour on two cores), the second adding to the
+  # first; the data-path suite runs once, with the second. Multi-turn, agents and long documents
+  # run in the routing part, beside the peers; here the wider table adds the other two workloads.
+  read -r -a seeds <<<"$SCORE_SEEDS"
+  half=$(((${#seeds[@]} + 1) / 2))
+  for part in 1 2; do
+    if [ $part = 1 ]; then part_seeds=${seeds[*]:0:$half}; keep=""; skip_dp=1
+    else part_seeds=${seeds[*]:$half}; keep=1; skip_dp=""; fi
+    [ -n "$part_seeds" ] || continue
+    SEEDS=$part_seeds KEEP_RESULTS=$keep SKIP_DATAPATH=$skip_dp \
+      REQUESTS=800 WARMUP=150 OTHER_REQUESTS=400 OTHER_WARMUP=80 RATES="40 120" \
+      SYSTEMS="warmpath-round-robin warmpath-least-load warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-round-robin smg-prefix-hash smg-cache-aware smg-cache-aware-tuned smg-power-of-two$LLMD" \
+      SWEEP_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned" \
+      BINDING_SYSTEMS="warmpath-prefix warmpath-predicted-ttft warmpath-consistent-hash warmpath-llm-d warmpath-dynamo smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
+      OTHER_WORKLOADS="no-sharing noisy-neighbour" \
+      OTHER_SYSTEMS="warmpath-prefix warmpath-predicted-ttft smg-cache-aware smg-cache-aware-tuned smg-prefix-hash$LLMD" \
+      IDLE_SYSTEMS="warmpath-prefix smg-round-robin smg-cache-aware" IDLE_REQUESTS=100 \
+      bash bench/compare.sh
+  done
 fi
 if has sensitivity; then
   SEEDS=$SCORE_SEEDS bash bench/sensitivity.sh
@@ -103,9 +115,10 @@ fi
 
 echo "warmpath-bench report --results $RESULTS --out $REPORT" >> "$RESULTS/commands.txt"
 "$BIN_DIR/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
-# The P/D and flow-control reports have their own generators: appended as they are.
-for part in pd flow; do
-  if has $part && [ -f "bench/results-$part/REPORT.md" ]; then
+# The routing table, the trace, the real engines, P/D and flow control have reports of their
+# own (each from its folder): appended as they are, so BENCHMARKS.md holds every table.
+for part in routing trace vllm pd flow; do
+  if [ -f "bench/results-$part/REPORT.md" ]; then
     { echo; sed 's/^# /## /' "bench/results-$part/REPORT.md"; } >> "$REPORT"
   fi
 done
