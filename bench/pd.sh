@@ -48,7 +48,7 @@ for t in $THRESHOLDS; do SYSTEMS="$SYSTEMS pd-nixl-$t"; done
 
 [ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/pd-*.json
+rm -f "$RESULTS"/pd-*.json "$RESULTS"/commands-pd.txt
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
