@@ -126,6 +126,13 @@ pub struct Placement {
     /// `leave_backed_up`). At least 1; `inf` turns the rule off (a request then leaves its
     /// warmest replica only by the stickiness rule and the hot-spot guard).
     pub leave_factor: f64,
+    /// The weighted pick is left (`left_backed_up`) only when it holds more than this many
+    /// times the candidates' mean of requests queued or running, and at least one more than
+    /// the mean: a replica over its share serves more conversations than it can, and a move
+    /// moves one of them home for good; one at or under its share is only busy for a moment (a
+    /// long prefill ahead), and a move repeats prefill the next moment would not have needed.
+    /// 0: any replica may be left (the cost comparison alone).
+    pub leave_over_share: f64,
     /// Count a replica's pending prefill as what its prefill clock says is left of it, not as
     /// every prompt token still owed a first token (the router's side: `ReplicaState::
     /// pending_prefill_left`). Off by default until scored: on tuning seeds it bought hit rate
@@ -138,6 +145,7 @@ impl Default for Placement {
         Self {
             new_prefix_slack: 0.5,
             leave_factor: LEAVE_FACTOR,
+            leave_over_share: 0.0,
             drain_pending_prefill: false,
         }
     }
@@ -260,6 +268,15 @@ impl SchedulerConfig {
         if leave.is_nan() || leave < 1.0 {
             return Err(ConfigError::LeaveFactor(leave));
         }
+        let share = self.placement.leave_over_share;
+        if !(share.is_finite() && share >= 0.0) {
+            return Err(ConfigError::Knob {
+                section: "placement",
+                name: "leave_over_share",
+                value: share,
+                rule: "a finite number >= 0",
+            });
+        }
         self.validate_peers()
     }
 
@@ -363,6 +380,15 @@ mod tests {
         }
         for good in [1.0, 2.0, f64::INFINITY] {
             c.placement.leave_factor = good;
+            assert_eq!(c.validate(), Ok(()), "{good}");
+        }
+        for bad in [-0.5, f64::NAN, f64::INFINITY] {
+            c.placement.leave_over_share = bad;
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field(), ["placement", "leave_over_share"], "{bad}");
+        }
+        for good in [0.0, 1.0, 1.5] {
+            c.placement.leave_over_share = good;
             assert_eq!(c.validate(), Ok(()), "{good}");
         }
     }

@@ -141,8 +141,7 @@ impl Scheduler {
             Policy::Prefix => {
                 let scores = weighted_scores(&self.config.weights, request, candidates);
                 let pick = stay_warm(&ttft, candidates, best_score(&scores, &mut rng));
-                let left =
-                    leave_backed_up(self.config.placement.leave_factor, &ttft, candidates, pick);
+                let left = leave_backed_up(&self.config.placement, &ttft, candidates, pick);
                 if left != pick {
                     (left, "left_backed_up")
                 } else {

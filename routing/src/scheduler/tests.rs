@@ -484,6 +484,42 @@ fn a_short_shared_prefix_is_not_worth_a_queue() {
 }
 
 #[test]
+fn a_replica_under_its_share_is_not_left_for_a_moment_of_prefill() {
+    // A conversation's turn (4 of its 5 blocks cached on replica 0), which has one request in
+    // flight: a long cold prompt, 3,000 tokens of prefill ahead. The cost comparison alone
+    // moves the turn to an idle replica; with `leave_over_share`, a replica holding no more
+    // than its share of the fleet's requests is only busy for a moment, and the turn stays.
+    let m = TtftModel::default();
+    let req = prompt(320, 5);
+    let mut warm = view(0, 1, engine(1.0, 0.0, 0.3), 4, &m);
+    warm.pending_prefill_tokens = 3000;
+    let others = [
+        view(1, 1, engine(1.0, 0.0, 0.1), 0, &m),
+        view(2, 0, engine(0.0, 0.0, 0.0), 0, &m),
+    ];
+    let fleet = [warm.clone(), others[0].clone(), others[1].clone()];
+    let d = sched(Policy::Prefix).decide(&req, &fleet, 1).unwrap();
+    assert_eq!((d.replica, d.reason), (2, "left_backed_up"), "{d:?}");
+    let over_share = |share| {
+        Scheduler::new(SchedulerConfig {
+            placement: Placement {
+                leave_over_share: share,
+                ..Placement::default()
+            },
+            ..SchedulerConfig::default()
+        })
+    };
+    let d = over_share(1.5).decide(&req, &fleet, 1).unwrap();
+    assert_eq!((d.replica, d.reason), (0, "weighted_score"), "{d:?}");
+    // A dozen requests there against one elsewhere: over its share, the turn leaves.
+    let mut crowded = view(0, 12, engine(12.0, 0.0, 0.3), 4, &m);
+    crowded.pending_prefill_tokens = 3000;
+    let fleet = [crowded, others[0].clone(), others[1].clone()];
+    let d = over_share(1.5).decide(&req, &fleet, 1).unwrap();
+    assert_eq!((d.replica, d.reason), (2, "left_backed_up"), "{d:?}");
+}
+
+#[test]
 fn a_slow_fleet_weighs_a_move_at_its_learned_prefill_cost() {
     // 1024 tokens, 960 of them cached on replica 0, which has eight requests and 512 tokens of
     // prefill ahead. At the prior's 50 us per token the idle replica costs half as much and
@@ -669,6 +705,7 @@ fn odd_inputs_still_decide() {
         placement: Placement {
             new_prefix_slack: f64::NAN,
             leave_factor: f64::NAN,
+            leave_over_share: f64::NAN,
             drain_pending_prefill: false,
         },
         consistent_hash: ConsistentHash {

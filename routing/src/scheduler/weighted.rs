@@ -3,7 +3,7 @@
 //! ([`stay_warm`]) that keeps the load scorers from moving a request off its warm replica for
 //! less than the prefill the move repeats.
 
-use super::config::Weights;
+use super::config::{Placement, Weights};
 use super::predicted::Predictor;
 use super::tiebreak::{Best, TieBreak};
 use super::view::{ReplicaView, RequestView};
@@ -90,12 +90,16 @@ pub const LEAVE_FACTOR: f64 = 2.0;
 /// conversations each, and multi-turn chat hit 0.48 of its prompts against 0.78 for LRU with
 /// perfect placement (tuning seeds 1-2). A long prefix is worth a short wait and stays (its
 /// prefill is what a move costs); a short one is not.
+///
+/// With `leave_over_share` set, only a pick over its share of the candidates' requests is left
+/// ([`over_share`]).
 pub(super) fn leave_backed_up(
-    factor: f64,
+    placement: &Placement,
     ttft: &Predictor<'_>,
     candidates: &[ReplicaView<'_>],
     pick: usize,
 ) -> usize {
+    let factor = placement.leave_factor;
     // Off (`inf`), or not a number: no candidate is cheap enough, so skip pricing them.
     if !factor.is_finite() {
         return pick;
@@ -103,6 +107,9 @@ pub(super) fn leave_backed_up(
     let Some(p) = candidates.get(pick) else {
         return pick;
     };
+    if !over_share(placement.leave_over_share, candidates, p) {
+        return pick;
+    }
     let pick_cost = ttft.leave_cost(p);
     let mut cheapest = (pick, pick_cost);
     for (i, c) in candidates.iter().enumerate() {
@@ -116,6 +123,22 @@ pub(super) fn leave_backed_up(
     } else {
         pick
     }
+}
+
+/// Whether `p` holds more than `share` times the candidates' mean of requests queued or
+/// running ([`ReplicaView::queued_ahead`]) and at least one more than that mean; always, when
+/// `share` is 0 (or not a number).
+fn over_share(share: f64, candidates: &[ReplicaView<'_>], p: &ReplicaView<'_>) -> bool {
+    if share.is_nan() || share <= 0.0 || candidates.is_empty() {
+        return true;
+    }
+    let mean = candidates
+        .iter()
+        .map(ReplicaView::queued_ahead)
+        .sum::<f64>()
+        / candidates.len() as f64;
+    let own = p.queued_ahead();
+    own > share * mean && own >= mean + 1.0
 }
 
 /// The longest prefix any candidate holds, in blocks.
