@@ -181,7 +181,7 @@ if [ "$SUITE" != sim ] && [ -f "$RESULTS/machine.txt" ]; then
 else
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "commit: $(commit_said ' (with uncommitted changes)')"
   echo "kernel: $(uname -srm)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') × $(nproc) cores"
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"

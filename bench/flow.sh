@@ -75,13 +75,13 @@ SLOTS=$((REPLICAS * MAX_SEQS))
 BACKLOG=${BACKLOG:-$((SLOTS * 3 / 2))}   # in flight per backlogged tenant
 
 [ -n "${BIN_DIR:-}" ] || nice -n 19 cargo build --release -j "${JOBS:-1}" -p warmpath-sim -p warmpath-router -p warmpath-bench
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 # What the binaries were built from (each result also records HEAD when its run started).
-BUILT_FROM="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null || echo ' plus uncommitted changes')"
+BUILT_FROM=$(commit_said ' plus uncommitted changes' 12)
 BUILT_AT=$(date -u -r "$BIN/warmpath-router" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo unknown)
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/flow-*.json "$RESULTS"/commands-flow.txt "$RESULTS"/failed-*.log "$RESULTS"/metrics-*.txt
-# shellcheck source=bench/lib.sh
-. bench/lib.sh
 
 url() { echo "http://127.0.0.1:$((SIM_PORT + $1))"; }
 SIM_PID="" FRONT_PID=""

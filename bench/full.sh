@@ -25,7 +25,8 @@
 #   pd           bench/pd.sh: the prefill/decode split against unified serving and SMG's PD mode
 #   flow         bench/flow.sh: per-tenant fairness under overload
 # and one report (BENCHMARKS.md) over the main folder (the routing, trace, real-engine, P/D and
-# flow reports appended as they are), and the README's generated block from the committed results its marker names.
+# flow reports appended as they are), and the README's generated block from the committed
+# results its marker names.
 # Scored seeds: SCORE_SEEDS (default 31-40); warmpath's defaults were chosen on tuning seeds 1-10
 # and frozen before the scored seeds ran (bench/README.md, "Seeds").
 set -euo pipefail

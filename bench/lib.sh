@@ -104,13 +104,23 @@ smg_start() { # label port log url... [-- flags...]
   SMG_PID=$!; PIDS+=("$SMG_PID")
 }
 
+# True when the tree's code differs from HEAD. Results (bench/results*/, committed for the
+# record) are not the code under test, as in every result's provenance: a run split into parts
+# goes on from the same commit, and a run beside earlier results is not called dirty.
+code_uncommitted() {
+  ! git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null
+}
+
+# HEAD's short hash (LEN digits, default 7), then SUFFIX when the code has uncommitted changes.
+commit_said() { # suffix [len]
+  echo "$(git rev-parse --short="${2:-7}" HEAD 2>/dev/null || echo unknown)$(code_uncommitted && echo "$1")"
+}
+
 # The binaries a one-commit script runs: BIN_DIR's when it names prebuilt ones, otherwise a
 # release build of the tree, which must be committed (results are stamped with the commit; a
 # dirty tree is refused unless ALLOW_DIRTY=1). Exports BIN_DIR.
 committed_binaries() { # script-name
-  # Results written by earlier parts are not the code under test (as in every result's
-  # provenance): a run split into parts goes on from the same commit.
-  if [ -z "${ALLOW_DIRTY:-}" ] && ! git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null; then
+  if [ -z "${ALLOW_DIRTY:-}" ] && code_uncommitted; then
     echo "$1: the tree has uncommitted changes; commit them (or ALLOW_DIRTY=1)" >&2
     exit 2
   fi

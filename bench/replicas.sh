@@ -105,7 +105,7 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 started=$SECONDS
 note_cmd() { echo "$*" | sed "s#$BIN/##g; s#$WORK#\$WORK#g" >> "$RESULTS/commands.txt"; }
 {
-  echo "# bench/replicas.sh, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . ':(exclude,glob)bench/results*/**' 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "# bench/replicas.sh, $(date -u +%FT%TZ), commit $(commit_said ' (with uncommitted changes)')"
   echo "# SEEDS=\"$SEEDS\" SYSTEMS=\"$SYSTEMS\" ROUTERS=$ROUTERS REPLICAS=$REPLICAS KV_BLOCKS=$KV_BLOCKS PREFILL_US=$PREFILL_US CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS WARMUP=$WARMUP WORKING_SET=$WORKING_SET ZIPF=$ZIPF WORKLOAD=$WORKLOAD WORKLOAD_ARGS=\"$WORKLOAD_ARGS\" SMG_ARGS=\"$SMG_ARGS\" bash bench/replicas.sh"
   case " $SYSTEMS " in *" smg-"*) smg_ready && echo "# smg $(smg_version) (PyPI smg, $SMG_DIR); rows: smg-K: smg launch --policy cache_aware $SMG_ARGS --backend vllm --log-level warn; smg-key-K: smg launch --policy manual --assignment-mode min_load --backend vllm --log-level warn" ;; esac
   case " $SYSTEMS " in *" sglang-"*) echo "# sglang-router rows: SGLANG_ARGS=\"$SGLANG_ARGS\"" ;; esac
