@@ -303,13 +303,13 @@ async fn one_hung_engine_of_four_loses_at_most_two_of_80_concurrent_requests() {
     s.stop().await;
 }
 
-/// An engine whose `/health` fails (its metrics still fine) is no candidate while it fails,
-/// with `health.active_path`; without it, nothing looks there.
+/// An engine whose `/health` fails (its metrics still fine) is no candidate while it fails: the
+/// check is on by default (only its period is shortened here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_checks_take_out_an_engine_whose_health_fails_and_bring_it_back() {
     let s = Setup::new(
         &["--replicas", "2"],
-        "health:\n  active_path: /health\n  active_interval_ms: 50\nscrape:\n  failures_before_unready: 2\n",
+        "health:\n  active_interval_ms: 50\nscrape:\n  failures_before_unready: 2\n",
     )
     .await;
     let r = post(
@@ -353,14 +353,100 @@ async fn active_checks_take_out_an_engine_whose_health_fails_and_bring_it_back()
     s.stop().await;
 }
 
+/// The check is on by default, so an engine that serves no health endpoint (404) must not be
+/// taken out by it: it is left to its metrics and answers, and serves. `active_path: null`
+/// turns the check off, and then even a failing `/health` is not looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_with_no_health_endpoint_serves_and_null_turns_the_check_off() {
+    let engine = warmpath_testkit::Recorder::default();
+    let addr = engine
+        .start(warmpath_testkit::completion_answer, Duration::ZERO)
+        .await;
+    let yaml = config_yaml(
+        "tiny",
+        &[addr],
+        "health:\n  active_interval_ms: 20\nscrape:\n  failures_before_unready: 1\n",
+    )
+    .replace("    replicas:", "    metrics_path: null\n    replicas:");
+    let rt = router(&yaml).await;
+    until_metric(
+        rt.admin_addr,
+        "warmpath_health_checks_total",
+        &[("result", "not_served")],
+        |v| v >= 1.0,
+    )
+    .await;
+    // Four more rounds of the replica's loop (75 ms each), each a check had the first not
+    // stopped them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = router_metrics(rt.admin_addr).await;
+    assert_eq!(
+        metric(
+            &m,
+            "warmpath_health_checks_total",
+            &[("result", "not_served")]
+        ),
+        1.0,
+        "checked once, then left alone for a minute: {m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_health_checks_total", &[("result", "error")]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        1.0,
+        "{m}"
+    );
+    let r = post(rt.addr, "/v1/completions", &completion("hello", 1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    rt.shutdown().await;
+
+    let s = Setup::new(
+        &["--replicas", "2"],
+        "health:\n  active_path: null\n  active_interval_ms: 20\nscrape:\n  failures_before_unready: 1\n",
+    )
+    .await;
+    let r = post(
+        s.replica_addr("r0"),
+        "/admin/faults",
+        r#"{"unhealthy": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    // Ten more rounds of each replica's loop (a scrape each), each a check had any been made.
+    let scraped = |m: &str| metric(m, "warmpath_engine_scrapes_total", &[("result", "ok")]);
+    let before = scraped(&router_metrics(s.router.admin_addr).await);
+    let m = until_metric(
+        s.router.admin_addr,
+        "warmpath_engine_scrapes_total",
+        &[("result", "ok")],
+        |v| v >= before + 20.0,
+    )
+    .await;
+    assert_eq!(
+        metric(&m, "warmpath_replica_ready", &[("replica", "r0")]),
+        1.0,
+        "{m}"
+    );
+    assert!(
+        !has_metric(&m, "warmpath_health_checks_total")
+            || metric(&m, "warmpath_health_checks_total", &[]) == 0.0,
+        "no check was made: {m}"
+    );
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_replicas_give_502_then_503() {
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    // No scraping, so only the passive check can find out.
-    let mut yaml = config_yaml("tiny", &[closed], "");
+    // No scraping and no active check (which would find the refusal first), so only the
+    // passive check can find out.
+    let mut yaml = config_yaml("tiny", &[closed], "health:\n  active_path: null\n");
     yaml = yaml.replace("    replicas:", "    metrics_path: null\n    replicas:");
     let router = router(&yaml).await;
     let r = post(router.addr, "/v1/completions", &completion("anyone?", 1)).await;

@@ -180,7 +180,9 @@ pub async fn send(
 
 /// A server that records every request (head and body) and answers its n-th request (from 0)
 /// with `answer(n)` (status, JSON body), after `delay`. The request is recorded on arrival,
-/// before the delay.
+/// before the delay. It is an engine with no health endpoint: `GET /health` (the router's
+/// active check, on by default) is answered 404 at once and not recorded, so that what a test
+/// counts is what the data path sent.
 #[derive(Clone, Default)]
 pub struct Recorder {
     seen: Arc<Mutex<Vec<(http::request::Parts, Bytes)>>>,
@@ -202,6 +204,12 @@ impl Recorder {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let seen = seen.clone();
                         async move {
+                            if req.method() == http::Method::GET && req.uri().path() == "/health" {
+                                return Ok(http::Response::builder()
+                                    .status(404)
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap());
+                            }
                             let (head, body) = req.into_parts();
                             let body = body.collect().await.unwrap().to_bytes();
                             let n = {

@@ -572,9 +572,10 @@ pub struct HealthConfig {
     pub overdue_factor: f64,
     pub overdue_min_ms: u64,
     /// Active checks: a GET of this path on each replica's serving port every
-    /// `active_interval_ms` (vLLM's and SGLang's `/health`); a replica failing
+    /// `active_interval_ms` (vLLM's and SGLang's `/health`, the default); a replica failing
     /// `scrape.failures_before_unready` in a row (a refused connection at once) is no candidate
-    /// until one passes. `None`: off (the metrics scrape still doubles as a probe).
+    /// until one passes, and one that serves no such path (404, 405, 501) is not judged by it.
+    /// `None` (`null` in the file): off (the metrics scrape still doubles as a probe).
     pub active_path: Option<String>,
     pub active_interval_ms: u64,
 }
@@ -589,7 +590,7 @@ impl Default for HealthConfig {
             failure_window: 20,
             overdue_factor: 10.0,
             overdue_min_ms: 1_000,
-            active_path: None,
+            active_path: Some("/health".to_owned()),
             active_interval_ms: 1_000,
         }
     }

@@ -6,8 +6,10 @@
 //! the replica's server up; a refused connection marks it down at once; other failures only
 //! after a few in a row. Values older than `stale_after_ms` are unknown to the scheduler.
 //!
-//! With `health.active_path`, the same task checks the engine's own health endpoint every
-//! `active_interval_ms`: an engine can serve metrics while it cannot serve requests.
+//! With `health.active_path` (`/health` unless configured otherwise), the same task checks the
+//! engine's own health endpoint every `active_interval_ms`: an engine can serve metrics while it
+//! cannot serve requests (vLLM's `/health` fails once its engine core died). An engine that
+//! serves no such path (404, 405, 501) is left to its metrics and answers.
 
 use crate::config::{Engine, ScrapeConfig, TimeoutsConfig};
 use crate::metrics::{Metrics, ResultLabels};
@@ -172,8 +174,14 @@ fn closing_brace(labels: &str) -> Option<usize> {
 
 enum ScrapeFailure {
     Refused,
+    /// 404, 405 or 501: the engine serves nothing at that path, which says nothing of its health.
+    NotServed,
     Other,
 }
+
+/// How long a replica that serves no health endpoint goes unchecked before the next try (an
+/// engine restarted in a version that has one is checked again within this).
+const NOT_SERVED_RECHECK: Duration = Duration::from_secs(60);
 
 /// GET `path` on `authority` within `timeout`: the body (at most `max_bytes`) of a 2xx answer.
 async fn get(
@@ -197,8 +205,10 @@ async fn get(
                 ScrapeFailure::Other
             }
         })?;
-        if !resp.status().is_success() {
-            return Err(ScrapeFailure::Other);
+        match resp.status().as_u16() {
+            200..=299 => {}
+            404 | 405 | 501 => return Err(ScrapeFailure::NotServed),
+            _ => return Err(ScrapeFailure::Other),
         }
         Ok(Limited::new(resp.into_body(), max_bytes)
             .collect()
@@ -272,14 +282,31 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                     MAX_HEALTH_BYTES,
                 )
                 .await;
-                let refused = matches!(result, Err(ScrapeFailure::Refused));
-                replica
-                    .health
-                    .on_probe(result.is_ok(), refused, cfg.failures_before_unready);
                 let label = match result {
-                    Ok(_) => "ok",
-                    Err(_) if refused => "refused",
-                    Err(_) => "error",
+                    Ok(_) => {
+                        replica
+                            .health
+                            .on_probe(true, false, cfg.failures_before_unready);
+                        "ok"
+                    }
+                    // On by default, the check must not take out an engine that has no such
+                    // endpoint: it is judged by its metrics and answers alone until it has one.
+                    Err(ScrapeFailure::NotServed) => {
+                        replica.health.clear_probe();
+                        next_check = Instant::now() + NOT_SERVED_RECHECK;
+                        "not_served"
+                    }
+                    Err(failure) => {
+                        let refused = matches!(failure, ScrapeFailure::Refused);
+                        replica
+                            .health
+                            .on_probe(false, refused, cfg.failures_before_unready);
+                        if refused {
+                            "refused"
+                        } else {
+                            "error"
+                        }
+                    }
                 };
                 metrics
                     .replicas
@@ -328,7 +355,7 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                         .on_scrape_failed(true, cfg.failures_before_unready);
                     "refused"
                 }
-                Err(ScrapeFailure::Other) => {
+                Err(ScrapeFailure::NotServed | ScrapeFailure::Other) => {
                     replica
                         .health
                         .on_scrape_failed(false, cfg.failures_before_unready);
