@@ -93,14 +93,15 @@ async fn nixl_splits_long_uncached_prompts_and_serves_the_rest_locally() {
 async fn a_failed_prefill_falls_back_to_the_decode_replica_or_fails_as_configured() {
     let fleet = sim(&["--timing", "zero"]).await;
     let d = fleet.addrs()[0];
-    // Nothing listens on the prefill replica's port; with scraping off it stays "ready" until
-    // the refused connection ejects it.
+    // Nothing listens on the prefill replica's port; with scraping and active checks off it
+    // stays "ready" until the refused connection ejects it.
     let dead: SocketAddr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
     let no_scrape = "    metrics_path: null\n";
-    let rt = router(&pd_yaml(&[dead], &[d], no_scrape, PD)).await;
+    let extra = format!("{PD}health:\n  active_path: null\n");
+    let rt = router(&pd_yaml(&[dead], &[d], no_scrape, &extra)).await;
     wait_ready(rt.admin_addr).await;
     let r = post(rt.addr, "/v1/completions", &completion(&text(3, 2000), 2)).await;
     assert_eq!(r.status, 200, "{}", r.body);
