@@ -398,7 +398,8 @@ async fn counting_relay(target: std::net::SocketAddr) -> (std::net::SocketAddr, 
 async fn upstream_connections_are_reused_but_not_after_a_cancel() {
     let sim = sim(&["--fault", "slow-stream", "--slow-stream-ms", "50"]).await;
     let (relay, opened) = counting_relay(sim.addrs()[0]).await;
-    let yaml = config_yaml("tiny", &[relay], "")
+    // No scrapes and no active checks: the relay counts the data path's connections alone.
+    let yaml = config_yaml("tiny", &[relay], "health:\n  active_path: null\n")
         .replace("    replicas:", "    metrics_path: null\n    replicas:");
     let router = router(&yaml).await;
     for i in 0..10 {

@@ -647,7 +647,7 @@ async fn the_legs_carry_exactly_the_protocols_bodies_and_request_ids() {
 
 #[tokio::test]
 async fn only_the_engines_inference_health_and_metrics_paths_pass() {
-    let eng = Recorder::default();
+    let eng = Recorder::with_health_path();
     let e = eng.start(completion_answer, Duration::ZERO).await;
     let sc = sidecar_with(e, &["127.0.0.0/8"], &[], |o| {
         o.engine_paths = vec!["/v1/audio-extra".to_owned()]

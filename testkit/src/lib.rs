@@ -182,18 +182,29 @@ pub async fn send(
 /// with `answer(n)` (status, JSON body), after `delay`. The request is recorded on arrival,
 /// before the delay. It is an engine with no health endpoint: `GET /health` (the router's
 /// active check, on by default) is answered 404 at once and not recorded, so that what a test
-/// counts is what the data path sent.
+/// counts is what the data path sent; [`Recorder::with_health_path`] treats it as any other.
 #[derive(Clone, Default)]
 pub struct Recorder {
     seen: Arc<Mutex<Vec<(http::request::Parts, Bytes)>>>,
+    health_path: bool,
 }
 
 impl Recorder {
+    /// A recorder that records and answers `GET /health` like any other request (for a test
+    /// of what passes through to an engine).
+    pub fn with_health_path() -> Self {
+        Self {
+            health_path: true,
+            ..Self::default()
+        }
+    }
+
     /// Listen on a loopback port chosen by the OS, until the runtime ends.
     pub async fn start(&self, answer: fn(usize) -> (u16, String), delay: Duration) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = self.seen.clone();
+        let health_path = self.health_path;
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -204,7 +215,10 @@ impl Recorder {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let seen = seen.clone();
                         async move {
-                            if req.method() == http::Method::GET && req.uri().path() == "/health" {
+                            if !health_path
+                                && req.method() == http::Method::GET
+                                && req.uri().path() == "/health"
+                            {
                                 return Ok(http::Response::builder()
                                     .status(404)
                                     .body(Full::new(Bytes::new()))
