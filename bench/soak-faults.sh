@@ -178,11 +178,16 @@ while [ $SECONDS -lt $END ]; do
   wait "$load" || true
 done
 sleep "$SAMPLE_S"
+# What the router saved: its retries by reason (an engine's 5xx, a refused connection, a request
+# taken back from a hung engine), counted since it started (it runs the whole soak).
+curl -fsS -m 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | grep '^warmpath_retries_total' > "$WORK/retries.txt" || true
 # The router's warnings, colours stripped: what it said about each fault.
 sed 's/\x1b\[[0-9;]*m//g' "$WORK/router.log" | grep -E ' (WARN|ERROR) ' > "$RESULTS/router-warnings.txt" || true
 
-python3 - "$RESULTS/samples.tsv" "$DURATION_S" "$WORK" > "$RESULTS/summary.txt" <<'PY'
-import csv, glob, json, sys
+run_line="run: commit $(commit_said ' with uncommitted changes') (binaries: $BIN), $(date -u +%F), DURATION_S=$DURATION_S, $REPLICAS replicas, $CONCURRENCY streaming clients"
+python3 - "$RESULTS/samples.tsv" "$DURATION_S" "$WORK" "$run_line" > "$RESULTS/summary.txt" <<'PY'
+import csv, glob, json, re, sys
+print(sys.argv[4])
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 duration = int(sys.argv[2])
 ok = 0
@@ -202,6 +207,15 @@ print(f"  not savable (failed after a success status reached the client): {after
 print(f"servable requests lost (failed before any byte reached the client; a retry could have saved them): {failed - after}")
 for k in ("status_500", "status_504"):
     print(f"  of which {k} ({'an engine 500' if k == 'status_500' else 'an engine that hung'}): {kinds.get(k, 0)}")
+retries = {}
+try:
+    for line in open(sys.argv[3] + "/retries.txt"):
+        m = re.match(r'warmpath_retries_total\{.*reason="([^"]+)".*\} ([0-9.e+]+)', line)
+        if m:
+            retries[m.group(1)] = retries.get(m.group(1), 0) + int(float(m.group(2)))
+except OSError:
+    pass
+print(f"tries the router made again (warmpath_retries_total by reason; what saved the servable ones): {retries}")
 def series(col):
     return [(int(r["elapsed_s"]), int(r[col])) for r in rows if int(r[col]) > 0]
 def describe(col, unit, scale):
