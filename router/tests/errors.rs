@@ -187,6 +187,48 @@ async fn upstream_timeout_is_504() {
     s.stop().await;
 }
 
+/// A request waiting on an engine that then drops its connections (as a dying engine does,
+/// before any answer) reached no client and is no longer held by that engine: it is tried on
+/// another replica (`reason="reset"`), not answered 502. The stall rescue is off here, so
+/// only the broken connection can move it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_engine_drops_its_connection_before_answering_is_answered_elsewhere() {
+    let s = Setup::new(
+        &["--replicas", "2"],
+        "health:\n  overdue_factor: 0\ntimeouts:\n  header_ms: 30000\n",
+    )
+    .await;
+    let addr = s.router.addr;
+    // Warm one replica with a prefix so that the next request follows it there, then hang it.
+    let prefix = text(7, 4096);
+    let r = post(addr, "/v1/completions", &completion(&prefix, 1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let dying = r.replica();
+    let r = post(s.replica_addr(&dying), "/admin/faults", r#"{"hang": true}"#).await;
+    assert_eq!(r.status, 200);
+    let body = completion(&format!("{prefix} more"), 1);
+    let pending = tokio::spawn(async move { post(addr, "/v1/completions", &body).await });
+    until_in_flight(s.router.admin_addr, 1.0).await;
+    // It closes its listener and every open connection, the waiting request's among them.
+    let r = post(
+        s.replica_addr(&dying),
+        "/admin/faults",
+        r#"{"refuse_connections": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = pending.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_ne!(r.replica(), dying);
+    let m = router_metrics(s.router.admin_addr).await;
+    assert_eq!(
+        metric(&m, "warmpath_retries_total", &[("reason", "reset")]),
+        1.0,
+        "{m}"
+    );
+    s.stop().await;
+}
+
 /// A stream that follows its prefix to a hung replica (the head never comes) waits a whole
 /// allowance with no progress from it, is taken back, nothing of it having reached the client,
 /// and is answered by another replica; the hung one is ejected meanwhile, and tried again once

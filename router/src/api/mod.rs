@@ -176,6 +176,12 @@ pub enum AttemptError {
     /// request was taken back: nothing has reached the client, another may be tried.
     #[error("{error}")]
     Stalled { replica: ReplicaId, error: ApiError },
+    /// The replica's connection failed before its response head came (reset or closed: an
+    /// engine that died, or dropped its connections): nothing has reached the client and the
+    /// engine no longer holds the request (a closed connection is how engines cancel), so
+    /// another may be tried, as after a stall.
+    #[error("{error}")]
+    Reset { replica: ReplicaId, error: ApiError },
     /// Anything else: final.
     #[error("{0}")]
     Failed(ApiError),
@@ -187,6 +193,7 @@ impl AttemptError {
             AttemptError::NoReplica(e)
             | AttemptError::Refused { error: e, .. }
             | AttemptError::Stalled { error: e, .. }
+            | AttemptError::Reset { error: e, .. }
             | AttemptError::Failed(e) => e,
             AttemptError::Unavailable { name, status, .. } => {
                 ApiError::upstream_unavailable(&name, status)

@@ -180,7 +180,10 @@ impl Observed {
             }
             (UpstreamError::Other(err), _) => {
                 self.answer_failed();
-                AttemptError::Failed(ApiError::upstream_failed(&replica.name, err))
+                AttemptError::Reset {
+                    replica: replica.id,
+                    error: ApiError::upstream_failed(&replica.name, err),
+                }
             }
         }
     }

@@ -4,8 +4,10 @@
 //! failed, unless its error blames the request, which is the client's answer), so the request
 //! goes to another replica (those excluded), as does a request taken back from a replica that
 //! showed no progress while it waited for its first byte (`forward`'s rescue: its connection
-//! is closed, so the engine drops it). Anything else that may have reached a replica is
-//! final. No retry ever follows a byte sent to the client: the response head is only returned
+//! is closed, so the engine drops it), and one whose connection was reset or closed before its
+//! response head (an engine that died or dropped its connections: it no longer holds the
+//! request). A request whose response head did not come within `timeouts.header_ms` is final
+//! (the engine may still be working on it). No retry ever follows a byte sent to the client: the response head is only returned
 //! once a replica answered, and a 5xx answer is held back until no other replica can be tried
 //! (then it is the client's, as it came).
 //!
@@ -26,6 +28,7 @@ use std::time::Duration;
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::{Policy, Retry};
 use tower::{Layer, Service};
+use warmpath_routing::ReplicaId;
 
 /// Replicas tried per request when connections are refused or answers are 502/503. Three, not
 /// two: during a rollout one replica may be restarting while another refuses (a soak with both
@@ -73,8 +76,8 @@ impl<S> Layer<S> for RetryLayer {
     }
 }
 
-/// Retry after a refused connection, a 5xx answer that does not blame the request, or a request
-/// taken back from a stalled replica, at most `attempts` tries in all and while the budget
+/// Retry after a refused connection, a 5xx answer that does not blame the request, a request
+/// taken back from a stalled replica or one whose connection broke before its head, at most `attempts` tries in all and while the budget
 /// allows. When no replica is left, the refusal or the replica's own answer is
 /// the client's (it says more than "no ready replica").
 #[derive(Clone)]
@@ -118,6 +121,20 @@ impl RetrySafe {
         true
     }
 
+    /// Another try on another replica after one that left nothing to pass on (`replica`
+    /// excluded from now on), its error kept for when none is left.
+    fn elsewhere(
+        &mut self,
+        attempt: &mut Attempt,
+        replica: ReplicaId,
+        error: &ApiError,
+        reason: &'static str,
+    ) -> Option<std::future::Ready<()>> {
+        attempt.exclude.push(replica);
+        self.last = Some(Last::Refused(error.clone()));
+        self.another(reason).then(|| std::future::ready(()))
+    }
+
     fn count(&self, reason: &'static str) {
         self.metrics
             .retries
@@ -136,14 +153,13 @@ impl Policy<Attempt, Response<RespBody>, AttemptError> for RetrySafe {
     ) -> Option<Self::Future> {
         match result {
             Err(AttemptError::Refused { replica, error }) => {
-                attempt.exclude.push(*replica);
-                self.last = Some(Last::Refused(error.clone()));
-                self.another("refused").then(|| std::future::ready(()))
+                self.elsewhere(attempt, *replica, error, "refused")
             }
             Err(AttemptError::Stalled { replica, error }) => {
-                attempt.exclude.push(*replica);
-                self.last = Some(Last::Refused(error.clone()));
-                self.another("stalled").then(|| std::future::ready(()))
+                self.elsewhere(attempt, *replica, error, "stalled")
+            }
+            Err(AttemptError::Reset { replica, error }) => {
+                self.elsewhere(attempt, *replica, error, "reset")
             }
             Err(AttemptError::Unavailable {
                 replica,

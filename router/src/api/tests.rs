@@ -243,6 +243,25 @@ async fn retries_stop_when_the_budget_is_spent() {
 }
 
 #[tokio::test]
+async fn a_connection_broken_before_the_head_is_tried_elsewhere() {
+    let reset = AttemptError::Reset {
+        replica: 1,
+        error: ApiError::upstream_failed("r1", "connection closed before message completed"),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let layer = RetryLayer::new(3, metrics.clone());
+    let (answer, excluded, more) = retry_run_with(layer, vec![Err(reset), Ok(ok())]).await;
+    assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    assert_eq!(excluded, vec![vec![], vec![1]]);
+    assert!(!more);
+    let text = metrics.encode();
+    assert!(
+        text.contains("warmpath_retries_total{reason=\"reset\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn retry_never_repeats_what_may_have_reached_a_replica() {
     let timeout = AttemptError::Failed(ApiError::upstream_timeout("r0"));
     let (answer, _, more) = retry_run(5, vec![Err(timeout)]).await;
