@@ -365,7 +365,13 @@ fi
 elapsed=$(cat "$RESULTS/elapsed_s" 2>/dev/null || echo 0)
 
 say "report"
-BENCH="$BIN/warmpath-bench" REPORT_TITLE=$REPORT_TITLE WORKING_SET=$WORKING_SET python3 - "$RESULTS" "$ROUTERS" "$elapsed" "${BINARIES_FROM:-the working tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
+# Where the binaries came from: BINARIES_FROM, or (rewriting a report) what the run recorded.
+binaries_from=${BINARIES_FROM:-}
+if [ -z "$binaries_from" ] && [ -n "${REPORT_ONLY:-}" ]; then
+  binaries_from=$(sed -n 's/^# binaries ([^)]*): //p' "$RESULTS/commands.txt" | head -1)
+fi
+[ -n "$binaries_from" ] || binaries_from="the working tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+BENCH="$BIN/warmpath-bench" REPORT_TITLE=$REPORT_TITLE WORKING_SET=$WORKING_SET python3 - "$RESULTS" "$ROUTERS" "$elapsed" "$binaries_from" <<'PY'
 import glob, json, os, re, statistics, subprocess, sys
 res, routers, elapsed, built = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 
