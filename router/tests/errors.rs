@@ -160,16 +160,22 @@ async fn client_errors() {
     s.stop().await;
 }
 
+/// Send `prefix` once, so that requests continuing it follow it to the replica that answered,
+/// then hang that replica (it takes requests and never answers); its name.
+async fn warm_then_hang(s: &Setup, prefix: &str) -> String {
+    let r = post(s.router.addr, "/v1/completions", &completion(prefix, 1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let hung = r.replica();
+    s.fault(&hung, r#"{"hang": true}"#).await;
+    hung
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_is_504() {
     let s = Setup::new(&["--replicas", "2"], "timeouts:\n  header_ms: 300\n").await;
     let addr = s.router.addr;
-    // Warm r0 with a prefix so the router sends the next request with it there, then hang r0.
     let prefix = text(5, 4096);
-    let r = post(addr, "/v1/completions", &completion(&prefix, 1)).await;
-    let hung = r.replica();
-    let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"hang": true}"#).await;
-    assert_eq!(r.status, 200);
+    let hung = warm_then_hang(&s, &prefix).await;
     let r = post(
         addr,
         "/v1/completions",
@@ -199,24 +205,13 @@ async fn a_request_whose_engine_drops_its_connection_before_answering_is_answere
     )
     .await;
     let addr = s.router.addr;
-    // Warm one replica with a prefix so that the next request follows it there, then hang it.
     let prefix = text(7, 4096);
-    let r = post(addr, "/v1/completions", &completion(&prefix, 1)).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let dying = r.replica();
-    let r = post(s.replica_addr(&dying), "/admin/faults", r#"{"hang": true}"#).await;
-    assert_eq!(r.status, 200);
+    let dying = warm_then_hang(&s, &prefix).await;
     let body = completion(&format!("{prefix} more"), 1);
     let pending = tokio::spawn(async move { post(addr, "/v1/completions", &body).await });
     until_in_flight(s.router.admin_addr, 1.0).await;
     // It closes its listener and every open connection, the waiting request's among them.
-    let r = post(
-        s.replica_addr(&dying),
-        "/admin/faults",
-        r#"{"refuse_connections": true}"#,
-    )
-    .await;
-    assert_eq!(r.status, 200);
+    s.fault(&dying, r#"{"refuse_connections": true}"#).await;
     let r = pending.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_ne!(r.replica(), dying);
@@ -246,10 +241,7 @@ async fn a_stream_waiting_on_a_hung_replica_is_taken_back_and_answered_elsewhere
         serde_json::json!({"model": "tiny", "prompt": format!("{prefix} {tail}"), "max_tokens": 2, "stream": true})
             .to_string()
     };
-    let r = post(addr, "/v1/completions", &completion(&prefix, 1)).await;
-    let hung = r.replica();
-    let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"hang": true}"#).await;
-    assert_eq!(r.status, 200);
+    let hung = warm_then_hang(&s, &prefix).await;
     let sent = std::time::Instant::now();
     let r = post(addr, "/v1/completions", &stream("first")).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -283,8 +275,7 @@ async fn a_stream_waiting_on_a_hung_replica_is_taken_back_and_answered_elsewhere
         assert_ne!(r.replica(), hung, "request {i} sent to the stalled replica");
     }
     // Healed, it is a candidate again once its backoff is over.
-    let r = post(s.replica_addr(&hung), "/admin/faults", r#"{"clear": true}"#).await;
-    assert_eq!(r.status, 200);
+    s.fault(&hung, r#"{"clear": true}"#).await;
     until_metric(
         s.router.admin_addr,
         "warmpath_replica_ready",
@@ -306,8 +297,7 @@ async fn one_hung_engine_of_four_loses_at_most_two_of_80_concurrent_requests() {
     let s = Setup::new(&["--replicas", "4"], "").await;
     // Two scrapes of each, so that the engines' token counts are known before the burst.
     until_scraped(s.router.admin_addr, 8.0).await;
-    let r = post(s.replica_addr("r0"), "/admin/faults", r#"{"hang": true}"#).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    s.fault("r0", r#"{"hang": true}"#).await;
     let addr = s.router.addr;
     let sends: Vec<_> = (0..80u64)
         .map(|i| {
@@ -354,13 +344,7 @@ async fn active_checks_take_out_an_engine_whose_health_fails_and_bring_it_back()
         "health:\n  active_interval_ms: 50\nscrape:\n  failures_before_unready: 2\n",
     )
     .await;
-    let r = post(
-        s.replica_addr("r0"),
-        "/admin/faults",
-        r#"{"unhealthy": true}"#,
-    )
-    .await;
-    assert_eq!(r.status, 200);
+    s.fault("r0", r#"{"unhealthy": true}"#).await;
     let ready = |m: &str| metric(m, "warmpath_replica_ready", &[("replica", "r0")]);
     let mut m = String::new();
     for _ in 0..100 {
@@ -382,8 +366,7 @@ async fn active_checks_take_out_an_engine_whose_health_fails_and_bring_it_back()
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.replica(), "r1");
     }
-    let r = post(s.replica_addr("r0"), "/admin/faults", r#"{"clear": true}"#).await;
-    assert_eq!(r.status, 200);
+    s.fault("r0", r#"{"clear": true}"#).await;
     for _ in 0..100 {
         m = router_metrics(s.router.admin_addr).await;
         if ready(&m) == 1.0 {
@@ -450,13 +433,7 @@ async fn an_engine_with_no_health_endpoint_serves_and_null_turns_the_check_off()
         "health:\n  active_path: null\n  active_interval_ms: 20\nscrape:\n  failures_before_unready: 1\n",
     )
     .await;
-    let r = post(
-        s.replica_addr("r0"),
-        "/admin/faults",
-        r#"{"unhealthy": true}"#,
-    )
-    .await;
-    assert_eq!(r.status, 200);
+    s.fault("r0", r#"{"unhealthy": true}"#).await;
     // Ten more rounds of each replica's loop (a scrape each), each a check had any been made.
     let scraped = |m: &str| metric(m, "warmpath_engine_scrapes_total", &[("result", "ok")]);
     let before = scraped(&router_metrics(s.router.admin_addr).await);
@@ -644,13 +621,7 @@ async fn when_every_replica_answers_500_the_client_gets_the_engines_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_engine_answering_500_of_four_fails_at_most_one_request_in_a_hundred() {
     let s = Setup::new(&["--replicas", "4"], "").await;
-    let r = post(
-        s.replica_addr("r0"),
-        "/admin/faults",
-        r#"{"error_rate": 1.0}"#,
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    s.fault("r0", r#"{"error_rate": 1.0}"#).await;
     let addr = s.router.addr;
     let mut failed = Vec::new();
     for wave in 0..10 {
@@ -769,13 +740,7 @@ async fn a_replica_breaking_its_streams_is_ejected() {
         "health:\n  consecutive_failures: 3\n  eject_base_ms: 60000\n  eject_max_ms: 60000\n",
     )
     .await;
-    let r = post(
-        s.replica_addr("r0"),
-        "/admin/faults",
-        r#"{"drop_mid_stream": true}"#,
-    )
-    .await;
-    assert_eq!(r.status, 200);
+    s.fault("r0", r#"{"drop_mid_stream": true}"#).await;
     let mut broken = Vec::new();
     for i in 0..30 {
         let body = serde_json::json!({"model": "tiny", "prompt": format!("story {i}"),
@@ -838,8 +803,7 @@ async fn a_stream_broken_midway_ends_with_an_error_event() {
     assert_eq!(metric(&m, "warmpath_retries_total", &[]), 0.0, "{m}");
     // The replicas mended, the next stream is whole.
     for name in ["r0", "r1"] {
-        let r = post(s.replica_addr(name), "/admin/faults", r#"{"clear": true}"#).await;
-        assert_eq!(r.status, 200);
+        s.fault(name, r#"{"clear": true}"#).await;
     }
     let r = send(s.router.addr, "POST", "/v1/completions", &[], body)
         .await

@@ -7,9 +7,9 @@
 //! is closed, so the engine drops it), and one whose connection was reset or closed before its
 //! response head (an engine that died or dropped its connections: it no longer holds the
 //! request). A request whose response head did not come within `timeouts.header_ms` is final
-//! (the engine may still be working on it). No retry ever follows a byte sent to the client: the response head is only returned
-//! once a replica answered, and a 5xx answer is held back until no other replica can be tried
-//! (then it is the client's, as it came).
+//! (the engine may still be working on it). No retry ever follows a byte sent to the client:
+//! the response head is only returned once a replica answered, and a 5xx answer is held back
+//! until no other replica can be tried (then it is the client's, as it came).
 //!
 //! tower's [`tower::retry::Retry`] runs the loop; [`RetrySafe`] is the policy. Retries draw on a
 //! budget shared by all requests (tower's [`TpsBudget`]: every request deposits, a retry
@@ -77,9 +77,9 @@ impl<S> Layer<S> for RetryLayer {
 }
 
 /// Retry after a refused connection, a 5xx answer that does not blame the request, a request
-/// taken back from a stalled replica or one whose connection broke before its head, at most `attempts` tries in all and while the budget
-/// allows. When no replica is left, the refusal or the replica's own answer is
-/// the client's (it says more than "no ready replica").
+/// taken back from a stalled replica or one whose connection broke before its head, at most
+/// `attempts` tries in all and while the budget allows. When no replica is left, the refusal or
+/// the replica's own answer is the client's (it says more than "no ready replica").
 #[derive(Clone)]
 pub struct RetrySafe {
     remaining: usize,

@@ -283,12 +283,6 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                 )
                 .await;
                 let label = match result {
-                    Ok(_) => {
-                        replica
-                            .health
-                            .on_probe(true, false, cfg.failures_before_unready);
-                        "ok"
-                    }
                     // On by default, the check must not take out an engine that has no such
                     // endpoint: it is judged by its metrics and answers alone until it has one.
                     Err(ScrapeFailure::NotServed) => {
@@ -296,15 +290,17 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                         next_check = Instant::now() + NOT_SERVED_RECHECK;
                         "not_served"
                     }
-                    Err(failure) => {
-                        let refused = matches!(failure, ScrapeFailure::Refused);
-                        replica
-                            .health
-                            .on_probe(false, refused, cfg.failures_before_unready);
-                        if refused {
-                            "refused"
-                        } else {
-                            "error"
+                    result => {
+                        let refused = matches!(result, Err(ScrapeFailure::Refused));
+                        replica.health.on_probe(
+                            result.is_ok(),
+                            refused,
+                            cfg.failures_before_unready,
+                        );
+                        match result {
+                            Ok(_) => "ok",
+                            Err(_) if refused => "refused",
+                            Err(_) => "error",
                         }
                     }
                 };

@@ -67,6 +67,12 @@ impl Setup {
         self.sim.addrs()[i]
     }
 
+    /// Set (or `{"clear": true}`) faults on one simulated replica through its admin endpoint.
+    pub async fn fault(&self, replica: &str, faults: &str) {
+        let r = post(self.replica_addr(replica), "/admin/faults", faults).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
     pub async fn stop(mut self) {
         self.router.shutdown().await;
         self.sim.shutdown();
