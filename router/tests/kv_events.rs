@@ -9,20 +9,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use warmpath_router::RouterHandle;
 
-/// A free TCP port pair base (the simulator binds base + i for replica i).
-fn free_ports(n: u16) -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = l.local_addr().unwrap().port();
-        drop(l);
-        if base < 60000
-            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
-}
-
 struct Fleet {
     sim: warmpath_sim::SimHandle,
     rt: warmpath_router::RouterHandle,

@@ -9,17 +9,10 @@ use common::*;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warmpath_router::peers::wire::{self, Message, PeerKey};
+use warmpath_testkit::free_port;
 use warmpath_zmtp::{Options, PubSocket, SubSocket};
 
 const SECRET: &str = "the routers' shared secret, 32 bytes or more";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A router in front of one simulated replica `r0`, publishing on its own peers port and
 /// following `follow`, its placements sealed with the secret in `key_file` (a quoted path).

@@ -16,24 +16,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use warmpath_testkit::free_ports;
 
 const BIN: &str = env!("CARGO_BIN_EXE_warmpath-sim");
 const BODY: &str = r#"{"model":"tiny","prompt":"You are a helpful assistant. Answer briefly: what is the capital of France?","max_tokens":8}"#;
-
-fn free_port_range(n: u16) -> u16 {
-    loop {
-        let base = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if base < 60000
-            && (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
-}
 
 struct Sim(Child);
 
@@ -99,7 +85,7 @@ fn rss_kb(pid: u32) -> u64 {
 }
 
 fn throughput(secs: u64, conns: usize, cpu: &str) {
-    let port = free_port_range(1);
+    let port = free_ports(1);
     let _sim = spawn_sim(port, 1, Some(cpu));
     wait_healthy(port);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -178,7 +164,7 @@ fn throughput(secs: u64, conns: usize, cpu: &str) {
 fn idle_memory() {
     let mut rss = Vec::new();
     for replicas in [1u16, 100] {
-        let port = free_port_range(replicas);
+        let port = free_ports(replicas);
         let sim = spawn_sim(port, replicas, None);
         for i in 0..replicas {
             wait_healthy(port + i);

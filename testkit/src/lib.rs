@@ -84,13 +84,50 @@ pub async fn until_flow_arrivals(admin: SocketAddr, n: usize) {
     }
 }
 
-/// A loopback port nothing listens on now (the OS's pick, released for a process to bind).
+/// A loopback port nothing listens on now, released for a process to bind.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a loopback port")
-        .local_addr()
-        .expect("its address")
-        .port()
+    free_ports(1)
+}
+
+/// The first of `n` consecutive loopback ports nothing listens on now, released for a process
+/// to bind. They are taken below the kernel's ephemeral range, from a counter this process
+/// advances: a port the OS picked for `:0` could be handed out again, to a client connection
+/// or another test's listener, in the moment between our check and the process's bind (a CI
+/// failure once came from exactly that), and no two calls in one process share a port.
+pub fn free_ports(n: u16) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&lo| lo > LOW + 2_000)
+        .unwrap_or(32_768);
+    let span = high - LOW;
+    // Start each process somewhere else, so test binaries run one after another (or two
+    // workspaces tested at once) rarely walk the same ports.
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let _ = NEXT.compare_exchange(0, 1 + seed % span, Ordering::Relaxed, Ordering::Relaxed);
+    let n32 = u32::from(n.max(1));
+    for _ in 0..span {
+        let at = NEXT.fetch_add(n32, Ordering::Relaxed) - 1;
+        let base = LOW + at % span;
+        if base + n32 > high {
+            continue;
+        }
+        let free = (0..n32).all(|i| {
+            let port = u16::try_from(base + i).expect("below the ephemeral range");
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        });
+        if free {
+            return u16::try_from(base).expect("below the ephemeral range");
+        }
+    }
+    panic!("no {n} consecutive free loopback ports below {high}");
 }
 
 /// A fresh client (no connection reuse between calls, so tests stay independent).

@@ -93,7 +93,7 @@ pub async fn wait_ready(admin: SocketAddr) {
 }
 
 #[allow(unused_imports)]
-pub use warmpath_testkit::{client, finishing_order, Reply};
+pub use warmpath_testkit::{client, finishing_order, free_ports, Reply};
 
 /// [`warmpath_testkit::send`] with a 20 s limit.
 pub async fn send(
