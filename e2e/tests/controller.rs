@@ -50,10 +50,7 @@ impl ControllerProc {
     /// Started with another kubeconfig (one whose server is a proxy).
     fn start_via(ns: &TestNamespace, identity: &str, kubeconfig: &Path) -> ControllerProc {
         let bin = workspace_bin("warmpath-controller").expect("build warmpath-controller");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = warmpath_testkit::free_port();
         let log = ns.scratch_dir().join(format!("{identity}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let mut cmd = controller_command(&bin, kubeconfig, ns.name(), identity);

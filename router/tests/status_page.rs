@@ -28,11 +28,7 @@ struct Driver {
 
 impl Driver {
     fn start(driver: &str) -> Driver {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = warmpath_testkit::free_port();
         let profile =
             std::env::temp_dir().join(format!("warmpath-chromium-{}-{port}", std::process::id()));
         // Its own process group: the browser it starts is in it too, so that a test that fails

@@ -133,11 +133,7 @@ async fn stored_and_removed_blocks_arrive_in_vllms_format() {
 /// connects to it.
 #[tokio::test]
 async fn a_wildcard_endpoint_is_bound_and_subscribers_connect() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = warmpath_testkit::free_port();
     let endpoint = format!("tcp://0.0.0.0:{port}");
     let s = sim(&["--timing", "zero", "--kv-events-endpoint", &endpoint]).await;
     let a = s.addrs()[0];
