@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test cluster once and caches them in e2e/.cache/bin:
-# kube-apiserver and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3) and helm
-# (helm.sh/helm/v3), each from a pinned Go module in e2e/cluster/tools/ with a committed go.sum.
-# A binary is rebuilt only when its module files or the Go version change (a stamp beside it).
-# Usage: build.sh [NAME...]   (default: all four). Needs Go and the Go module proxy.
+# kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet and kube-proxy
+# (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3), helm (helm.sh/helm/v3) and the pod
+# sandbox's pause (tools/pause, static), each from a pinned Go module in e2e/cluster/tools/ with
+# a committed go.sum. A binary is rebuilt only when its module files or the Go version change
+# (a stamp beside it).
+# Usage: build.sh [NAME...]   (default: all). Needs Go and the Go module proxy.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,6 +21,11 @@ tools=(
   "etcd etcd warmpath.dev/e2e/tools/etcd"
   "kube-apiserver kube k8s.io/kubernetes/cmd/kube-apiserver"
   "kubectl kube k8s.io/kubernetes/cmd/kubectl"
+  "kube-controller-manager kube k8s.io/kubernetes/cmd/kube-controller-manager"
+  "kube-scheduler kube k8s.io/kubernetes/cmd/kube-scheduler"
+  "kubelet kube k8s.io/kubernetes/cmd/kubelet"
+  "kube-proxy kube k8s.io/kubernetes/cmd/kube-proxy"
+  "pause pause warmpath.dev/e2e/tools/pause"
   "helm helm helm.sh/helm/v3/cmd/helm"
 )
 
@@ -42,7 +49,7 @@ required_version() {
 version_ldflags() {
   local v major minor
   case "$1" in
-    kube-apiserver|kubectl)
+    kube-*|kubectl|kubelet)
       v="$(required_version "$2" k8s.io/kubernetes)"
       major="${v#v}"; major="${major%%.*}"
       minor="${v#v*.}"; minor="${minor%%.*}"
@@ -71,7 +78,9 @@ for entry in "${tools[@]}"; do
   fi
   echo "build.sh: building $name ($pkg) with $goversion; log: $cache/logs/build-$name.log" >&2
   start=$(date +%s)
-  if ! go build -C "$here/tools/$dir" -mod=readonly -trimpath -ldflags="$ldflags" \
+  # The sandbox's process runs in an image with no libc: static.
+  cgo=""; [ "$name" = pause ] && cgo=0
+  if ! CGO_ENABLED="${cgo:-$(go env CGO_ENABLED)}" go build -C "$here/tools/$dir" -mod=readonly -trimpath -ldflags="$ldflags" \
         -o "$bin/$name.tmp" "$pkg" >"$cache/logs/build-$name.log" 2>&1; then
     echo "build.sh: building $name failed; last lines of $cache/logs/build-$name.log:" >&2
     tail -n 30 "$cache/logs/build-$name.log" >&2

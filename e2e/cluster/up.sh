@@ -42,7 +42,7 @@ command -v openssl >/dev/null || die "openssl is required (certificates and keys
 command -v flock >/dev/null || die "flock (util-linux) is required"
 
 # Exit status 3 tells callers (the Rust test helper) that the binaries cannot be built at all.
-"$here/build.sh" >&2 || exit 3
+"$here/build.sh" etcd kube-apiserver kubectl helm >&2 || exit 3
 
 mkdir -p "$run"
 exec 8>"$cache/up.lock"
