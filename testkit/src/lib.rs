@@ -96,26 +96,29 @@ pub fn free_port() -> u16 {
 /// failure once came from exactly that), and no two calls in one process share a port.
 pub fn free_ports(n: u16) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
+    use std::sync::OnceLock;
     const LOW: u32 = 10_000;
-    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .filter(|&lo| lo > LOW + 2_000)
-        .unwrap_or(32_768);
+    // The top of the range (the kernel's first ephemeral port) and the next offset into it.
+    static RANGE: OnceLock<(u32, AtomicU32)> = OnceLock::new();
+    let (high, next) = RANGE.get_or_init(|| {
+        let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+            .filter(|&lo| lo > LOW + 2_000)
+            .unwrap_or(32_768);
+        // Start each process somewhere else, so test binaries run one after another (or two
+        // workspaces tested at once) rarely walk the same ports.
+        let seed = std::process::id().wrapping_mul(2_654_435_761)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+        (high, AtomicU32::new(seed % (high - LOW)))
+    });
+    let (high, n32) = (*high, u32::from(n.max(1)));
     let span = high - LOW;
-    // Start each process somewhere else, so test binaries run one after another (or two
-    // workspaces tested at once) rarely walk the same ports.
-    let seed = std::process::id().wrapping_mul(2_654_435_761)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-    let _ = NEXT.compare_exchange(0, 1 + seed % span, Ordering::Relaxed, Ordering::Relaxed);
-    let n32 = u32::from(n.max(1));
     for _ in 0..span {
-        let at = NEXT.fetch_add(n32, Ordering::Relaxed) - 1;
-        let base = LOW + at % span;
+        let base = LOW + next.fetch_add(n32, Ordering::Relaxed) % span;
         if base + n32 > high {
             continue;
         }

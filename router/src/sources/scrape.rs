@@ -291,17 +291,15 @@ pub async fn run(replica: Arc<ReplicaState>, tables: TableReader, metrics: Arc<M
                         "not_served"
                     }
                     result => {
-                        let refused = matches!(result, Err(ScrapeFailure::Refused));
-                        replica.health.on_probe(
-                            result.is_ok(),
-                            refused,
-                            cfg.failures_before_unready,
-                        );
-                        match result {
-                            Ok(_) => "ok",
-                            Err(_) if refused => "refused",
-                            Err(_) => "error",
-                        }
+                        let (ok, refused, label) = match result {
+                            Ok(_) => (true, false, "ok"),
+                            Err(ScrapeFailure::Refused) => (false, true, "refused"),
+                            Err(_) => (false, false, "error"),
+                        };
+                        replica
+                            .health
+                            .on_probe(ok, refused, cfg.failures_before_unready);
+                        label
                     }
                 };
                 metrics
