@@ -273,8 +273,9 @@ start_front() { # label
         if [ -n "$SCRAPE_INTERVAL_MS" ]; then
           echo "scrape:"
           echo "  interval_ms: $SCRAPE_INTERVAL_MS"
-          # The adaptive interval's ceiling must not be below the fixed one (the router refuses).
-          echo "  max_interval_ms: $((SCRAPE_INTERVAL_MS > 500 ? SCRAPE_INTERVAL_MS : 500))"
+          # Every SCRAPE_INTERVAL_MS exactly, as the fleet line says: no stretched pause beyond it
+          # (and the router refuses a ceiling below the interval).
+          echo "  max_interval_ms: $SCRAPE_INTERVAL_MS"
           echo "  stale_after_ms: $((SCRAPE_INTERVAL_MS * 4 > 1000 ? SCRAPE_INTERVAL_MS * 4 : 1000))"
         fi
       } > "$cfg"
