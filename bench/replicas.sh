@@ -51,6 +51,7 @@
 # otherwise a release build into target/), NGINX, ports SIM_PORT KV_PORT FRONT_PORT ROUTER_PORT
 # ADMIN_PORT, BINARIES_FROM (a note on where BIN_DIR's binaries were built from, for the record),
 # REPORT_ONLY=1 (no runs: rewrite REPORT.md and summary.json from the results already there),
+# KEEP_RESULTS=1 (a later part of a run split by seeds: keep the earlier parts' results),
 # SCHEDULING_EXTRA (a line added under the routers' `scheduling:`, e.g.
 # "placement: { new_prefix_slack: 1.5 }"), SESSIONS_EXTRA (added to the sessions-* routers'
 # `sessions:` map, e.g. "max_extra_queue: 2"), INDEX_EXTRA and FLOW_EXTRA (the warmpath routers'
@@ -91,7 +92,9 @@ if [ -z "${REPORT_ONLY:-}" ]; then
   [ -n "${BIN_DIR:-}" ] || cargo build --release -j 2 -p warmpath-sim -p warmpath-router -p warmpath-bench
   command -v "$NGINX" >/dev/null || { echo "bench/replicas.sh: no nginx ($NGINX)" >&2; exit 1; }
   mkdir -p "$RESULTS/metrics" "$RESULTS/configs"
-  rm -f "$RESULTS"/*-s[0-9]*.json "$RESULTS"/metrics/*.txt "$RESULTS"/configs/* "$RESULTS"/commands.txt \
+  # KEEP_RESULTS=1: a later part of a run split by seeds adds to what the earlier parts wrote
+  # (same binaries and settings; commands.txt says when each part ran).
+  [ -n "${KEEP_RESULTS:-}" ] || rm -f "$RESULTS"/*-s[0-9]*.json "$RESULTS"/metrics/*.txt "$RESULTS"/configs/* "$RESULTS"/commands.txt \
     "$RESULTS"/summary.json "$RESULTS"/runs.tsv "$RESULTS"/elapsed_s
 fi
 # shellcheck source=bench/lib.sh
@@ -111,7 +114,13 @@ note_cmd() { echo "$*" | sed "s#$BIN/##g; s#$WORK#\$WORK#g" >> "$RESULTS/command
   case " $SYSTEMS " in *" sglang-"*) echo "# sglang-router rows: SGLANG_ARGS=\"$SGLANG_ARGS\"" ;; esac
   [ -n "${BINARIES_FROM:-}" ] && echo "# binaries (BIN_DIR=$BIN_DIR): $BINARIES_FROM"
   echo "# every run: the fleet, then its front (routers or gateways, then nginx), then the load"
-} > "$RESULTS/commands.txt"
+} > "$RESULTS/commands.new"
+if [ -n "${KEEP_RESULTS:-}" ] && [ -f "$RESULTS/commands.txt" ]; then
+  { echo; echo "# a later part of the same run (KEEP_RESULTS=1):"; cat "$RESULTS/commands.new"; } >> "$RESULTS/commands.txt"
+  rm -f "$RESULTS/commands.new"
+else
+  mv "$RESULTS/commands.new" "$RESULTS/commands.txt"
+fi
 
 # Processes this script started and has not stopped yet (lib.sh's cleanup kills what is left;
 # stopped ones leave the list so that a reused pid is never signalled).
@@ -329,7 +338,7 @@ head -c 32 /dev/urandom | base64 > "$WORK/session-key"
 METRICS=()
 for i in $(seq 0 $((REPLICAS - 1))); do METRICS+=(--metrics-url "$(engine_url "$i")/metrics"); done
 
-printf 'seed\tsystem\tstatus\tseconds\n' > "$RESULTS/runs.tsv"
+[ -n "${KEEP_RESULTS:-}" ] && [ -f "$RESULTS/runs.tsv" ] || printf 'seed\tsystem\tstatus\tseconds\n' > "$RESULTS/runs.tsv"
 for seed in $SEEDS; do
   for system in $(printf '%s\n' $SYSTEMS | shuf --random-source=<(yes "$seed")); do
     say "$system (seed $seed)"
@@ -360,7 +369,9 @@ for seed in $SEEDS; do
   done
 done
 stop_all
-echo $((SECONDS - started)) > "$RESULTS/elapsed_s"
+earlier=0
+[ -n "${KEEP_RESULTS:-}" ] && earlier=$(cat "$RESULTS/elapsed_s" 2>/dev/null || echo 0)
+echo $((earlier + SECONDS - started)) > "$RESULTS/elapsed_s"
 fi
 elapsed=$(cat "$RESULTS/elapsed_s" 2>/dev/null || echo 0)
 
