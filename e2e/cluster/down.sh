@@ -23,18 +23,9 @@ if [ "$locked" = 0 ]; then
   flock 8
 fi
 
-stop() {
-  local pidfile="$run/$1.pid" pid
-  [ -f "$pidfile" ] || return 0
-  pid="$(cat "$pidfile")"
-  # Only signal the process if it still is what we started (pids get reused).
-  if kill -0 "$pid" 2>/dev/null && grep -qa -- "$2" "/proc/$pid/cmdline" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-}
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+stop() { stop_pidfile "$run" "$@"; }
 
 if [ "$from_watchdog" = 0 ]; then stop watchdog warmpath-e2e-watchdog; fi
 stop kube-apiserver kube-apiserver

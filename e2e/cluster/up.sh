@@ -24,6 +24,9 @@ bin="$cache/bin"
 run="$cache/run"
 kubeconfig="$run/kubeconfig"
 
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+
 log() { echo "up.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 # A failed start keeps its logs (in e2e/.cache/logs/) and stops whatever it started.
@@ -197,22 +200,8 @@ log "cluster up in $(( $(date +%s) - start_time ))s: https://127.0.0.1:$api_port
 
 if [ -n "${WARMPATH_CLUSTER_OWNER_PID:-}" ]; then
   add_owner
-  # The watchdog stops the cluster once every owner has exited; it takes the lock before the
-  # last check so that an owner joining at that moment is not left without a cluster.
-  setsid bash -c '
-    run="$1"; here="$2"; cache="$3"
-    while :; do
-      sleep 1
-      any=0
-      while read -r pid; do kill -0 "$pid" 2>/dev/null && { any=1; break; }; done <"$run/owners"
-      [ "$any" = 1 ] && continue
-      exec 8>"$cache/up.lock"; flock 8
-      any=0
-      while read -r pid; do kill -0 "$pid" 2>/dev/null && { any=1; break; }; done <"$run/owners" 2>/dev/null
-      if [ "$any" = 0 ]; then "$here/down.sh" --locked --from-watchdog; exit 0; fi
-      flock -u 8
-    done' warmpath-e2e-watchdog "$run" "$here" "$cache" </dev/null >>"$cache/watchdog.log" 2>&1 8>&- &
-  echo $! >"$run/watchdog.pid"
+  start_watchdog "$run" "$cache/up.lock" "$cache/watchdog.log" warmpath-e2e-watchdog \
+    "$here/down.sh" --locked --from-watchdog
 fi
 
 echo "$kubeconfig"

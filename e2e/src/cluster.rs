@@ -141,6 +141,16 @@ impl TestCluster {
         })
     }
 
+    /// A cluster whose admin kubeconfig is `kubeconfig`, with the tools built in `bin_dir`
+    /// (the node cluster's, see [`crate::NodeCluster`]).
+    pub(crate) fn at(kubeconfig: PathBuf, bin_dir: PathBuf, cache_dir: PathBuf) -> TestCluster {
+        TestCluster {
+            kubeconfig,
+            bin_dir,
+            cache_dir,
+        }
+    }
+
     /// The admin kubeconfig (user in group system:masters).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

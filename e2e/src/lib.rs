@@ -19,6 +19,7 @@ mod chart;
 mod cluster;
 mod error;
 mod namespace;
+mod node;
 mod pods;
 mod resources;
 
@@ -28,6 +29,7 @@ pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;
 pub use namespace::TestNamespace;
+pub use node::NodeCluster;
 pub use pods::{create_pod, set_pod_status};
 pub use resources::{
     warmpath_api, warmpath_object, warmpath_resource, warmpath_resource_at, WARMPATH_KINDS,

@@ -62,7 +62,13 @@ impl TestNamespace {
             },
             ..Default::default()
         };
-        accounts.create(&PostParams::default(), &default_sa).await?;
+        // A cluster with a controller-manager (the node cluster) creates it too: whoever is
+        // first wins, and the namespace has its default account either way.
+        match accounts.create(&PostParams::default(), &default_sa).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
         let scratch = std::env::temp_dir().join(format!("warmpath-e2e-{name}"));
         std::fs::create_dir_all(&scratch).map_err(|e| E2eError::io(&scratch, e))?;
         Ok(TestNamespace {
