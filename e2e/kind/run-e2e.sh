@@ -22,4 +22,7 @@ headers="$(curl -fsS -o /dev/null -D - localhost:18080/v1/completions \
   -H 'content-type: application/json' -d '{"model": "tiny", "prompt": "hello from kind", "max_tokens": 4}')"
 echo "$headers" | grep -i '^x-warmpath-replica: sim-[01]' || { echo "run-e2e.sh: no x-warmpath-replica header" >&2; exit 1; }
 curl -fsS localhost:19090/metrics | head -n 5
-WARMPATH_KUBECONFIG="$kubeconfig" WARMPATH_E2E_REQUIRED=1 cargo test -p warmpath-e2e -- --test-threads 2
+# The node tests (e2e/tests/node_cluster.rs) run on the kind cluster too, loading their images
+# with `kind load image-archive` instead of the local node's containerd.
+WARMPATH_KUBECONFIG="$kubeconfig" WARMPATH_NODE_KUBECONFIG="$kubeconfig" WARMPATH_NODE_KIND="$KIND_CLUSTER" \
+  WARMPATH_E2E_REQUIRED=1 WARMPATH_NODE_REQUIRED=1 cargo test -p warmpath-e2e -- --test-threads 2
