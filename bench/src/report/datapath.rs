@@ -37,7 +37,9 @@ pub(crate) fn section(json: &str) -> String {
             let _ = writeln!(
                 md,
                 "Peer `{name}` {}: `{}`.\n",
-                p.get("version").and_then(Value::as_str).unwrap_or("(version unknown)"),
+                p.get("version")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(version unknown)"),
                 p.get("flags").and_then(Value::as_str).unwrap_or("?"),
             );
         }
@@ -83,10 +85,16 @@ fn wrk_said(wrk: Option<&Value>) -> String {
         Some(Value::String(s)) => format!("`{s}`"),
         Some(w @ Value::Object(_)) => {
             let field = |k: &str| {
-                w.get(k)
-                    .map_or("?".to_owned(), |x| x.to_string().trim_matches('"').to_owned())
+                w.get(k).map_or("?".to_owned(), |x| {
+                    x.to_string().trim_matches('"').to_owned()
+                })
             };
-            let mut said = format!("`-t{} -c{} -d{}`", field("threads"), field("connections"), field("duration"));
+            let mut said = format!(
+                "`-t{} -c{} -d{}`",
+                field("threads"),
+                field("connections"),
+                field("duration")
+            );
             if w.get("prompt_bytes").is_some() {
                 let _ = write!(said, " with {}-byte prompts", field("prompt_bytes"));
             }
@@ -101,8 +109,16 @@ fn host_said(host: Option<&Value>) -> String {
     match host {
         Some(Value::String(s)) => format!("`{s}`"),
         Some(h @ Value::Object(_)) => {
-            let cores = h.get("cpus").and_then(Value::as_u64).map_or("?".into(), |c| c.to_string());
-            match h.get("loadavg_at_end").and_then(Value::as_array).and_then(|l| l.first()).and_then(Value::as_f64) {
+            let cores = h
+                .get("cpus")
+                .and_then(Value::as_u64)
+                .map_or("?".into(), |c| c.to_string());
+            match h
+                .get("loadavg_at_end")
+                .and_then(Value::as_array)
+                .and_then(|l| l.first())
+                .and_then(Value::as_f64)
+            {
                 Some(load) => format!("{cores} cores (load average {load:.2} at the end)"),
                 None => format!("{cores} cores"),
             }
@@ -131,9 +147,18 @@ mod tests {
             "results":{"nginx":{"rps":40929.0}},
             "large_prompt_400kb":{"nginx":{"rps":2615.7,"cpu_us_per_req":315.48,"p50_ms":1.414}}}"#;
         let md = section(now);
-        assert!(md.contains("wrk `-t1 -c32 -d5s` with 2048-byte prompts"), "{md}");
-        assert!(md.contains("on 2 cores (load average 1.74 at the end)"), "{md}");
-        assert!(md.contains("Peer `smg` 1.13.0: `smg launch --policy cache_aware`"), "{md}");
+        assert!(
+            md.contains("wrk `-t1 -c32 -d5s` with 2048-byte prompts"),
+            "{md}"
+        );
+        assert!(
+            md.contains("on 2 cores (load average 1.74 at the end)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Peer `smg` 1.13.0: `smg launch --policy cache_aware`"),
+            "{md}"
+        );
         assert!(md.contains("| nginx | 2616 | 1.414 | 315.5 |"), "{md}");
         assert!(section("nope").contains("not valid JSON"));
         assert!(section("{}").contains("no `results`"));
