@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use warmpath_e2e::{run, workspace_bin, Chart, NodeCluster, TestNamespace};
+use warmpath_e2e::{run, warmpath_api, workspace_bin, Chart, NodeCluster, TestNamespace};
 
 const RELEASE: &str = "wp";
 const ROUTER: &str = "wp-warmpath-router";
@@ -257,26 +257,7 @@ async fn chart_serves_streams_through_a_node_port_and_its_pods_go_with_it() {
         .filter_map(|p| p.metadata.name)
         .collect();
     assert_eq!(sim_pods.len(), 2, "{}", pod_logs(&ns));
-    let mut answered = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    let mut i = 0u64;
-    while answered.len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {answered:?} answered through the router in 90 s\n{}",
-            pod_logs(&ns)
-        );
-        if let Ok((200, Some(replica), body)) = stream(addr, &prompt(rand_seed() + i, 400)).await {
-            assert!(
-                body.contains("data: ") && body.trim_end().ends_with("data: [DONE]"),
-                "not a complete stream: {body}"
-            );
-            answered.insert(replica);
-        } else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        i += 1;
-    }
+    let answered = answering(&ns, addr, &sim_pods, 90).await;
     // The replica names are the pods' (the controller's InferenceReplicas are named after them).
     for replica in &answered {
         assert!(
@@ -385,5 +366,135 @@ async fn a_rolling_update_of_the_routers_under_traffic_loses_no_request() {
     let d = deployments.get(ROUTER).await.expect("router Deployment");
     let status = d.status.expect("status");
     assert_eq!(status.updated_replicas, status.replicas, "{status:?}");
+    ns.finish();
+}
+
+/// Streams completions (different prompts) through the router until every pod of `wanted` has
+/// answered one, checking each stream is whole; panics after `seconds`. Returns the replica
+/// names that answered.
+async fn answering(
+    ns: &TestNamespace,
+    addr: SocketAddr,
+    wanted: &[String],
+    seconds: u64,
+) -> std::collections::BTreeSet<String> {
+    let mut answered = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    let mut i = 0u64;
+    while !wanted
+        .iter()
+        .all(|pod| answered.iter().any(|r: &String| r.contains(pod.as_str())))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {answered:?} of {wanted:?} answered through the router in {seconds} s\n{}",
+            pod_logs(ns)
+        );
+        if let Ok((200, Some(replica), body)) = stream(addr, &prompt(rand_seed() + i, 400)).await {
+            assert!(
+                body.contains("data: ") && body.trim_end().ends_with("data: [DONE]"),
+                "not a complete stream: {body}"
+            );
+            answered.insert(replica);
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        i += 1;
+    }
+    answered
+}
+
+/// The names of the pods `selector` selects that are Running and Ready.
+async fn ready_pods(ns: &TestNamespace, selector: &str) -> Vec<String> {
+    pods(ns, selector)
+        .await
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+async fn replica_names(ns: &TestNamespace) -> Vec<String> {
+    warmpath_api(&ns.client(), ns.name(), "InferenceReplica")
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|r| r.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_engine_pod_is_replaced_and_followed_and_a_deleted_pool_takes_its_replicas() {
+    let Some(node) = NodeCluster::get_or_skip("a_killed_engine_pod_is_replaced_and_followed")
+    else {
+        return;
+    };
+    let (ns, addr) = install(node, "node-follow", 2, &[]).await;
+    let before = ready_pods(&ns, "app=sim").await;
+    assert_eq!(before.len(), 2, "{}", pod_logs(&ns));
+    answering(&ns, addr, &before, 90).await;
+
+    // One engine pod killed: its ReplicaSet makes another, the controller and the routers follow.
+    let victim = before[0].clone();
+    run(
+        ns.cluster().kubectl().args([
+            "delete",
+            "pod",
+            "-n",
+            ns.name(),
+            &victim,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ]),
+        None,
+    )
+    .expect("kubectl delete pod");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let now = loop {
+        let now = ready_pods(&ns, "app=sim").await;
+        if now.len() == 2 && !now.contains(&victim) {
+            break now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new sim pod ready in 90 s: {now:?}\n{}",
+            pod_logs(&ns)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    answering(&ns, addr, &now, 90).await;
+    eventually("the killed pod's replica to be gone", 60, || async {
+        !replica_names(&ns)
+            .await
+            .iter()
+            .any(|r| r.contains(victim.as_str()))
+    })
+    .await;
+
+    // The pool deleted: its InferenceReplicas go with it (owner references), and the model is
+    // no longer served.
+    warmpath_api(&ns.client(), ns.name(), "InferencePool")
+        .delete("sim", &Default::default())
+        .await
+        .expect("delete the pool");
+    eventually("the pool's replicas to be collected", 60, || async {
+        replica_names(&ns).await.is_empty()
+    })
+    .await;
+    eventually("the model to be no longer served", 30, || async {
+        matches!(stream(addr, "after the pool").await, Ok((404 | 503, _, _)))
+    })
+    .await;
     ns.finish();
 }
