@@ -40,3 +40,95 @@ start_watchdog() { # run lock log name stop...
     done' "$name" "$run" "$lock" "$@" </dev/null >>"$log" 2>&1 8>&- &
   echo $! >"$run/watchdog.pid"
 }
+
+# A free loopback TCP port that is none of TAKEN (the kernel may hand out the same free port
+# twice before anything binds it). Asks the kernel through python3; without it, probes random
+# high ports.
+free_port() { # [taken...]
+  local p
+  while :; do
+    if command -v python3 >/dev/null; then
+      p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+    else
+      p=$(( 20000 + RANDOM % 30000 ))
+      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
+    fi
+    case " $* " in *" $p "*) continue ;; esac
+    echo "$p"
+    return
+  done
+}
+
+# In DIR: a CA named CA_CN (ca.crt, ca.key), the key pair that signs and verifies
+# service-account tokens (TokenRequest API; sa.key, sa.pub), and the admin's static token
+# (admin.token) in group system:masters (tokens.csv, the API server's --token-auth-file).
+new_pki() { # dir ca-cn
+  local dir=$1
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout "$dir/ca.key" -out "$dir/ca.crt" \
+    -subj "/CN=$2" >/dev/null 2>&1 &&
+    openssl genrsa -out "$dir/sa.key" 2048 >/dev/null 2>&1 &&
+    openssl rsa -in "$dir/sa.key" -pubout -out "$dir/sa.pub" >/dev/null 2>&1 &&
+    openssl rand -hex 24 >"$dir/admin.token" &&
+    printf '%s,warmpath-e2e-admin,warmpath-e2e-admin,"system:masters"\n' "$(cat "$dir/admin.token")" \
+      >"$dir/tokens.csv" &&
+    chmod 600 "$dir/ca.key" "$dir/sa.key" "$dir/admin.token" "$dir/tokens.csv"
+}
+
+# NAME.crt and NAME.key in DIR, for SUBJECT, signed by DIR's CA with the given extension lines
+# (e.g. "subjectAltName=IP:127.0.0.1" "extendedKeyUsage=serverAuth").
+sign_cert() { # dir name subject extension...
+  local dir=$1 name=$2 subject=$3
+  shift 3
+  openssl req -newkey rsa:2048 -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" \
+    -subj "$subject" >/dev/null 2>&1 &&
+    printf '%s\n' "$@" >"$dir/$name.ext" &&
+    openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+      -days 3650 -extfile "$dir/$name.ext" -out "$dir/$name.crt" >/dev/null 2>&1 &&
+    chmod 600 "$dir/$name.key"
+}
+
+# Starts BIN/etcd as member NAME on loopback, its data in RUN/etcd-data, its log and pid file in
+# RUN; sets etcd_port (clients) and etcd_peer_port.
+start_etcd() { # bin run name
+  local bin=$1 run=$2 name=$3
+  etcd_port=$(free_port)
+  etcd_peer_port=$(free_port "$etcd_port")
+  setsid "$bin/etcd" \
+    --name "$name" \
+    --data-dir "$run/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "$name=http://127.0.0.1:$etcd_peer_port" \
+    --unsafe-no-fsync \
+    --log-level warn \
+    </dev/null >"$run/etcd.log" 2>&1 8>&- &
+  echo $! >"$run/etcd.pid"
+}
+
+# The admin kubeconfig FILE for the API server at SERVER (https://host:port) whose certificate
+# PKI's CA signed: user warmpath-e2e-admin with PKI's admin token, cluster and context NAME.
+write_kubeconfig() { # file name server pki
+  local file=$1 name=$2 server=$3 pki=$4
+  cat >"$file" <<EOC
+apiVersion: v1
+kind: Config
+clusters:
+- name: $name
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
+users:
+- name: warmpath-e2e-admin
+  user:
+    token: $(cat "$pki/admin.token")
+contexts:
+- name: $name
+  context:
+    cluster: $name
+    user: warmpath-e2e-admin
+current-context: $name
+EOC
+  chmod 600 "$file"
+}

@@ -194,10 +194,6 @@ for entry in /var/log/pods/* /var/log/containers/*; do
   if [ -e "$entry" ] || [ -L "$entry" ]; then echo "$entry"; fi
 done >"$run/logs-before"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
 # --- network ---------------------------------------------------------------------------------
 # The bridge exists before any pod, holding the node's address, so that the API server can
 # listen there and pods reach it through the `kubernetes` Service.
@@ -236,44 +232,22 @@ EOF
 
 # --- keys and certificates -------------------------------------------------------------------
 pki="$run/pki"
-(
-  cd "$pki"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
-    -subj "/CN=warmpath-e2e-node-ca" >/dev/null 2>&1
-  sign() { # name subject extensions...
-    local name=$1 subj=$2; shift 2
-    openssl req -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "$subj" >/dev/null 2>&1
-    printf '%s\n' "$@" >"$name.ext"
-    openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile "$name.ext" -out "$name.crt" >/dev/null 2>&1
-  }
-  sign apiserver "/CN=kube-apiserver" \
-    "subjectAltName=IP:$node_ip,IP:$kubernetes_svc,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
-    "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment"
-  # The API server's identity towards the kubelet (logs, exec, port-forward).
-  sign kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" \
-    "extendedKeyUsage=clientAuth" "keyUsage=digitalSignature,keyEncipherment"
-  sign kubelet "/CN=$node_name" "subjectAltName=IP:$node_ip,DNS:$node_name" \
-    "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment"
-  openssl genrsa -out sa.key 2048 >/dev/null 2>&1
-  openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
-  openssl rand -hex 24 >admin.token
-  printf '%s,warmpath-e2e-admin,warmpath-e2e-admin,"system:masters"\n' "$(cat admin.token)" >tokens.csv
-  chmod 600 ./*.key admin.token tokens.csv
-) || die "generating keys with openssl failed"
+{
+  new_pki "$pki" warmpath-e2e-node-ca &&
+    sign_cert "$pki" apiserver "/CN=kube-apiserver" \
+      "subjectAltName=IP:$node_ip,IP:$kubernetes_svc,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+      "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment" &&
+    # The API server's identity towards the kubelet (logs, exec, port-forward).
+    sign_cert "$pki" kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      "extendedKeyUsage=clientAuth" "keyUsage=digitalSignature,keyEncipherment" &&
+    sign_cert "$pki" kubelet "/CN=$node_name" "subjectAltName=IP:$node_ip,DNS:$node_name" \
+      "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment"
+} || die "generating keys with openssl failed"
 
 # --- etcd and the API server -----------------------------------------------------------------
-etcd_port=$(free_port)
-etcd_peer_port=$(free_port)
-setsid "$bin/etcd" --name warmpath-node --data-dir "$run/etcd-data" \
-  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-cluster "warmpath-node=http://127.0.0.1:$etcd_peer_port" \
-  --unsafe-no-fsync --log-level warn </dev/null >"$run/etcd.log" 2>&1 8>&- &
-echo $! >"$run/etcd.pid"
+start_etcd "$bin" "$run" warmpath-node
 
-api_port=$(free_port)
+api_port=$(free_port "$etcd_port" "$etcd_peer_port")
 setsid "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
   --bind-address "$node_ip" --advertise-address "$node_ip" --secure-port "$api_port" \
@@ -291,26 +265,7 @@ setsid "$bin/kube-apiserver" \
   </dev/null >"$run/kube-apiserver.log" 2>&1 8>&- &
 echo $! >"$run/kube-apiserver.pid"
 
-cat >"$kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: warmpath-node
-  cluster:
-    server: https://$node_ip:$api_port
-    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
-users:
-- name: warmpath-e2e-admin
-  user:
-    token: $(cat "$pki/admin.token")
-contexts:
-- name: warmpath-node
-  context:
-    cluster: warmpath-node
-    user: warmpath-e2e-admin
-current-context: warmpath-node
-EOF
-chmod 600 "$kubeconfig"
+write_kubeconfig "$kubeconfig" warmpath-node "https://$node_ip:$api_port" "$pki"
 
 wait_for() { # what seconds command...
   local what=$1 limit=$2; shift 2
@@ -382,7 +337,7 @@ echo $! >"$run/kube-scheduler.pid"
 
 # --- kubelet ---------------------------------------------------------------------------------
 grep -v '^#' /etc/resolv.conf >"$run/resolv.conf" || true
-kubelet_port=$(free_port)
+kubelet_port=$(free_port "$etcd_port" "$etcd_peer_port" "$api_port")
 cat >"$run/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -431,7 +386,7 @@ clusterCIDR: 10.244.0.0/16
 hostnameOverride: $node_name
 bindAddress: 127.0.0.1
 healthzBindAddress: ""
-metricsBindAddress: 127.0.0.1:$(free_port)
+metricsBindAddress: 127.0.0.1:$(free_port "$etcd_port" "$etcd_peer_port" "$api_port" "$kubelet_port")
 conntrack: {maxPerCore: 0}
 iptables: {minSyncPeriod: 0s, syncPeriod: 10s}
 nodePortAddresses: [$node_ip/32]

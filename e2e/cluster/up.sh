@@ -77,60 +77,20 @@ mkdir -p "$run/pki" "$run/etcd-data"
 started=1
 start_time=$(date +%s)
 
-free_port() {
-  # Ask the kernel for a free loopback port; fall back to probing random high ports.
-  if command -v python3 >/dev/null; then
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-    return
-  fi
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 30000 ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
 # --- keys and certificates -------------------------------------------------------------------
 pki="$run/pki"
-(
-  cd "$pki"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
-    -subj "/CN=warmpath-e2e-ca" >/dev/null 2>&1
-  openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
-    -subj "/CN=kube-apiserver" >/dev/null 2>&1
-  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
-    "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment" >apiserver.ext
-  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-    -extfile apiserver.ext -out apiserver.crt >/dev/null 2>&1
-  # Signs and verifies service-account tokens (TokenRequest API).
-  openssl genrsa -out sa.key 2048 >/dev/null 2>&1
-  openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
-  # The admin authenticates with a static token in group system:masters.
-  openssl rand -hex 24 >admin.token
-  printf '%s,warmpath-e2e-admin,warmpath-e2e-admin,"system:masters"\n' "$(cat admin.token)" >tokens.csv
-  chmod 600 ./*.key admin.token tokens.csv
-) || die "generating keys with openssl failed"
+{
+  new_pki "$pki" warmpath-e2e-ca &&
+    sign_cert "$pki" apiserver "/CN=kube-apiserver" \
+      "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+      "extendedKeyUsage=serverAuth" "keyUsage=digitalSignature,keyEncipherment"
+} || die "generating keys with openssl failed"
 
 # --- etcd ------------------------------------------------------------------------------------
-etcd_port=$(free_port)
-etcd_peer_port=$(free_port)
-while [ "$etcd_peer_port" = "$etcd_port" ]; do etcd_peer_port=$(free_port); done
-setsid "$bin/etcd" \
-  --name warmpath-e2e \
-  --data-dir "$run/etcd-data" \
-  --listen-client-urls "http://127.0.0.1:$etcd_port" \
-  --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-cluster "warmpath-e2e=http://127.0.0.1:$etcd_peer_port" \
-  --unsafe-no-fsync \
-  --log-level warn \
-  </dev/null >"$run/etcd.log" 2>&1 8>&- &
-echo $! >"$run/etcd.pid"
+start_etcd "$bin" "$run" warmpath-e2e
 
 # --- kube-apiserver --------------------------------------------------------------------------
-api_port=$(free_port)
-while [ "$api_port" = "$etcd_port" ] || [ "$api_port" = "$etcd_peer_port" ]; do api_port=$(free_port); done
+api_port=$(free_port "$etcd_port" "$etcd_peer_port")
 # The launch command is kept in a script so that restart-apiserver.sh can stop and start the
 # API server alone (tests of clients that must survive an API-server outage).
 apiserver_args=(
@@ -162,26 +122,7 @@ chmod +x "$run/kube-apiserver.sh"
 setsid "$run/kube-apiserver.sh" </dev/null >"$run/kube-apiserver.log" 2>&1 8>&- &
 echo $! >"$run/kube-apiserver.pid"
 
-cat >"$kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: warmpath-e2e
-  cluster:
-    server: https://127.0.0.1:$api_port
-    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
-users:
-- name: warmpath-e2e-admin
-  user:
-    token: $(cat "$pki/admin.token")
-contexts:
-- name: warmpath-e2e
-  context:
-    cluster: warmpath-e2e
-    user: warmpath-e2e-admin
-current-context: warmpath-e2e
-EOF
-chmod 600 "$kubeconfig"
+write_kubeconfig "$kubeconfig" warmpath-e2e "https://127.0.0.1:$api_port" "$pki"
 
 deadline=$(( start_time + ${WARMPATH_CLUSTER_START_TIMEOUT:-60} ))
 until ready; do

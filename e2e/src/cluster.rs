@@ -76,23 +76,11 @@ impl TestCluster {
 
     fn connect() -> Result<TestCluster, Failure> {
         let root = repo_root();
-        let cache_dir = std::env::var_os("WARMPATH_E2E_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("e2e/.cache"));
+        let cache_dir = cache_dir();
         let bin_dir = cache_dir.join("bin");
         if let Some(kubeconfig) = std::env::var_os("WARMPATH_KUBECONFIG") {
-            // The cluster runs already; kubectl and helm may still need building (a no-op when
-            // they are current).
-            let out = Command::new(root.join("e2e/cluster/build.sh"))
-                .arg("kubectl")
-                .arg("helm")
-                .env("WARMPATH_E2E_CACHE", &cache_dir)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| Failure::Unavailable(format!("running build.sh: {e}")))?;
-            if !out.status.success() {
-                return Err(Failure::Unavailable(tail(&out.stderr)));
-            }
+            // The cluster runs already; kubectl and helm may still need building.
+            build_tools(&cache_dir).map_err(Failure::Unavailable)?;
             return Ok(TestCluster {
                 kubeconfig: PathBuf::from(kubeconfig),
                 bin_dir,
@@ -352,7 +340,32 @@ pub fn describe(cmd: &Command) -> String {
         .join(" ")
 }
 
-fn tail(bytes: &[u8]) -> String {
+/// The cache folder of the cluster binaries and state: `WARMPATH_E2E_CACHE`, else `e2e/.cache`.
+pub(crate) fn cache_dir() -> PathBuf {
+    std::env::var_os("WARMPATH_E2E_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("e2e/.cache"))
+}
+
+/// Builds kubectl and helm into `cache_dir`'s bin/ (a no-op when they are current), for a
+/// cluster someone else started; the error is build.sh's stderr.
+pub(crate) fn build_tools(cache_dir: &Path) -> Result<(), String> {
+    let out = Command::new(repo_root().join("e2e/cluster/build.sh"))
+        .arg("kubectl")
+        .arg("helm")
+        .env("WARMPATH_E2E_CACHE", cache_dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running build.sh: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(tail(&out.stderr))
+    }
+}
+
+/// The last 30 lines of a command's output.
+pub(crate) fn tail(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")

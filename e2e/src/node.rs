@@ -7,7 +7,7 @@
 //! Images are the workspace's binaries packed by `e2e/cluster/image.sh` and imported into the
 //! node's containerd (`ctr images import`), or loaded with `kind load image-archive` on kind.
 
-use crate::cluster::{repo_root, run, TestCluster};
+use crate::cluster::{build_tools, cache_dir, repo_root, run, tail, TestCluster};
 use crate::error::E2eError;
 use std::collections::HashSet;
 use std::io::Write;
@@ -61,22 +61,11 @@ impl NodeCluster {
     }
 
     fn connect() -> Result<NodeCluster, String> {
-        let root = repo_root();
-        let cache_dir = std::env::var_os("WARMPATH_E2E_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("e2e/.cache"));
+        let cache_dir = cache_dir();
         let bin_dir = cache_dir.join("bin");
         if let Some(kubeconfig) = std::env::var_os("WARMPATH_NODE_KUBECONFIG") {
             let kind = std::env::var("WARMPATH_NODE_KIND").unwrap_or_else(|_| "warmpath".into());
-            let out = Command::new(root.join("e2e/cluster/build.sh"))
-                .args(["kubectl", "helm"])
-                .env("WARMPATH_E2E_CACHE", &cache_dir)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("unavailable: running build.sh: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("unavailable: {}", tail(&out.stderr)));
-            }
+            build_tools(&cache_dir).map_err(|e| format!("unavailable: {e}"))?;
             let cluster = CLUSTER.get_or_init(|| {
                 TestCluster::at(PathBuf::from(kubeconfig), bin_dir, cache_dir.clone())
             });
@@ -86,7 +75,7 @@ impl NodeCluster {
                 loaded: Mutex::new(HashSet::new()),
             });
         }
-        let script = root.join("e2e/cluster/node.sh");
+        let script = repo_root().join("e2e/cluster/node.sh");
         let check = Command::new(&script)
             .arg("check")
             .env("WARMPATH_E2E_CACHE", &cache_dir)
@@ -192,10 +181,4 @@ impl NodeCluster {
         )?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
-}
-
-fn tail(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }

@@ -8,11 +8,10 @@
 
 mod common;
 
-use common::prompt;
+use common::{complete_streamed, prompt, Reply};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
-use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -199,26 +198,6 @@ fn pod_logs(ns: &TestNamespace) -> String {
     out
 }
 
-/// A streamed completion through the router: status, the replica that answered, the body.
-async fn stream(addr: SocketAddr, text: &str) -> Result<(u16, Option<String>, String), String> {
-    let body =
-        json!({"model": "tiny", "prompt": text, "max_tokens": 4, "stream": true}).to_string();
-    let r = warmpath_testkit::send(
-        addr,
-        "POST",
-        "/v1/completions",
-        &[],
-        body,
-        Duration::from_secs(10),
-    )
-    .await?;
-    Ok((
-        r.status,
-        r.header("x-warmpath-replica").map(str::to_owned),
-        r.body,
-    ))
-}
-
 /// Polls `f` (async) every 500 ms until it holds, at most `seconds`.
 async fn eventually<F, Fut>(what: &str, seconds: u64, mut f: F)
 where
@@ -300,7 +279,10 @@ async fn a_rolling_update_of_the_routers_under_traffic_loses_no_request() {
     };
     let (ns, addr) = install(node, "node-rolling", 2, &[]).await;
     eventually("the router to serve", 90, || async {
-        matches!(stream(addr, "warm up").await, Ok((200, _, _)))
+        matches!(
+            complete_streamed(addr, "warm up").await,
+            Ok(Reply { status: 200, .. })
+        )
     })
     .await;
 
@@ -314,13 +296,14 @@ async fn a_rolling_update_of_the_routers_under_traffic_loses_no_request() {
         clients.push(tokio::spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match stream(addr, &prompt(c * 1_000_000 + i, 200)).await {
-                    Ok((200, _, _)) => {
+                match complete_streamed(addr, &prompt(c * 1_000_000 + i, 200)).await {
+                    Ok(r) if r.status == 200 => {
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
-                    Ok((status, _, body)) => {
-                        failed.lock().unwrap().push(format!("{status}: {body}"))
-                    }
+                    Ok(r) => failed
+                        .lock()
+                        .unwrap()
+                        .push(format!("{}: {}", r.status, r.body)),
                     Err(e) => failed.lock().unwrap().push(e),
                 }
                 i += 1;
@@ -390,7 +373,12 @@ async fn answering(
             "only {answered:?} of {wanted:?} answered through the router in {seconds} s\n{}",
             pod_logs(ns)
         );
-        if let Ok((200, Some(replica), body)) = stream(addr, &prompt(rand_seed() + i, 400)).await {
+        if let Ok(Reply {
+            status: 200,
+            replica: Some(replica),
+            body,
+        }) = complete_streamed(addr, &prompt(rand_seed() + i, 400)).await
+        {
             assert!(
                 body.contains("data: ") && body.trim_end().ends_with("data: [DONE]"),
                 "not a complete stream: {body}"
@@ -493,7 +481,13 @@ async fn a_killed_engine_pod_is_replaced_and_followed_and_a_deleted_pool_takes_i
     })
     .await;
     eventually("the model to be no longer served", 30, || async {
-        matches!(stream(addr, "after the pool").await, Ok((404 | 503, _, _)))
+        matches!(
+            complete_streamed(addr, "after the pool").await,
+            Ok(Reply {
+                status: 404 | 503,
+                ..
+            })
+        )
     })
     .await;
     ns.finish();

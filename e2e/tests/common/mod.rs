@@ -170,13 +170,29 @@ pub struct Reply {
 
 /// POST a completion for `prompt` (a few tokens of output) to the router.
 pub async fn complete(addr: SocketAddr, prompt: &str) -> Result<Reply, String> {
-    let body = json!({ "model": "tiny", "prompt": prompt, "max_tokens": 2 }).to_string();
+    completion(
+        addr,
+        json!({ "model": "tiny", "prompt": prompt, "max_tokens": 2 }),
+    )
+    .await
+}
+
+/// [`complete`], streamed: the reply's body is the server-sent events, `[DONE]` last.
+pub async fn complete_streamed(addr: SocketAddr, prompt: &str) -> Result<Reply, String> {
+    completion(
+        addr,
+        json!({ "model": "tiny", "prompt": prompt, "max_tokens": 4, "stream": true }),
+    )
+    .await
+}
+
+async fn completion(addr: SocketAddr, body: serde_json::Value) -> Result<Reply, String> {
     let r = warmpath_testkit::send(
         addr,
         "POST",
         "/v1/completions",
         &[],
-        body,
+        body.to_string(),
         Duration::from_secs(10),
     )
     .await?;
