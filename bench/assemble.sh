@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/assemble.sh — BENCHMARKS.md from what is committed: the generated report over RESULTS
-# (`warmpath-bench report`), then RESULTS/apart.md, the hand-written reading of the runs made
-# apart from the one-commit report (each section names its folder, its command and its commit).
+# (`warmpath-bench report`), which takes in every Markdown fragment there: findings.md,
+# independent.md and apart.md, the hand-written reading of the runs made apart from the
+# one-commit report (each section names its folder, its command and its commit).
 # Run after adding results to RESULTS or editing apart.md; bench/full.sh writes the report its
 # own way (the parts' REPORT.md appended as they are) when it reruns everything.
 #
@@ -17,7 +18,4 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 
 "$BIN/warmpath-bench" report --results "$RESULTS" --out "$REPORT"
-if [ -f "$RESULTS/apart.md" ]; then
-  { echo; cat "$RESULTS/apart.md"; } >> "$REPORT"
-fi
 echo "bench/assemble.sh: wrote $REPORT" >&2
