@@ -10,7 +10,9 @@ demo:
 	bash examples/demo.sh
 
 ## Every test: unit, integration over loopback, and the cluster tests against a real
-## kube-apiserver + etcd (built from Go modules on first use, then cached in e2e/.cache).
+## kube-apiserver + etcd (built from Go modules on first use, then cached in e2e/.cache); as
+## root with containerd, the node cluster's tests too (e2e/cluster/node.sh, images of the release
+## binaries). Closes with the time of each phase.
 # WARMPATH_E2E_REQUIRED=1 (set by CI) turns "cannot build the cluster binaries" from a loud skip
 # into a failure.
 test:

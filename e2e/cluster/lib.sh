@@ -2,6 +2,15 @@
 # Shared by up.sh, down.sh and node.sh: stopping what a pid file names, and the owners' watchdog
 # that stops a test cluster once the last test process using it has exited.
 
+# Reports how long a phase took (since START, in epoch seconds) on stderr and, when
+# WARMPATH_PHASES names a file (with-cluster.sh sets it), there too, for the run's closing summary.
+phase() { # name start
+  local line
+  line="$(printf '%-44s %5ss' "$1" "$(( $(date +%s) - $2 ))")"
+  echo "phase: $line" >&2
+  if [ -n "${WARMPATH_PHASES:-}" ]; then echo "$line" >>"$WARMPATH_PHASES" 2>/dev/null || true; fi
+}
+
 # Stops the process whose pid RUN/NAME.pid holds, if its command line still contains PATTERN
 # (pids get reused): TERM, up to TENTHS tenths of a second (default 50), then KILL. Removes the
 # pid file.

@@ -83,6 +83,8 @@ flush_rules() {
 
 down() {
   [ -d "$run" ] || return 0
+  local down_start
+  down_start=$(date +%s)
   [ "${1:-}" = --from-watchdog ] || stop watchdog warmpath-node-watchdog
   stop kubelet kubelet
   stop kube-proxy kube-proxy
@@ -131,6 +133,7 @@ down() {
   done
   rm -rf "$run"
   log "node cluster stopped"
+  phase "node cluster: torn down" "$down_start"
 }
 
 case "${1:-}" in
@@ -151,8 +154,10 @@ esac
 # --- up --------------------------------------------------------------------------------------
 why="$(cannot)"
 [ -z "$why" ] || { log "cannot run a node here: $why"; exit 3; }
+build_start=$(date +%s)
 "$here/build.sh" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet \
   kube-proxy pause helm >&2 || exit 3
+phase "node cluster: Go binaries built or checked" "$build_start"
 
 exec 8>"$cache/node-up.lock"
 flock 8
@@ -400,6 +405,7 @@ wait_for "node $node_name Ready" 120 node_ready
 wait_for "the default ServiceAccount" 60 kubectl -n default get serviceaccount default
 started=0
 log "node cluster up in $(( $(date +%s) - start_time ))s: https://$node_ip:$api_port, node $node_name Ready"
+phase "node cluster: components started, node Ready" "$start_time"
 
 if [ -n "${WARMPATH_CLUSTER_OWNER_PID:-}" ]; then
   add_owner

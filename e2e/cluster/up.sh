@@ -45,7 +45,9 @@ command -v openssl >/dev/null || die "openssl is required (certificates and keys
 command -v flock >/dev/null || die "flock (util-linux) is required"
 
 # Exit status 3 tells callers (the Rust test helper) that the binaries cannot be built at all.
+build_start=$(date +%s)
 "$here/build.sh" etcd kube-apiserver kubectl helm >&2 || exit 3
+phase "API server: Go binaries built or checked" "$build_start"
 
 mkdir -p "$run"
 exec 8>"$cache/up.lock"
@@ -137,6 +139,7 @@ until ready; do
   sleep 0.5
 done
 started=0
+phase "API server: etcd and kube-apiserver started" "$start_time"
 log "cluster up in $(( $(date +%s) - start_time ))s: https://127.0.0.1:$api_port (etcd 127.0.0.1:$etcd_port)"
 
 if [ -n "${WARMPATH_CLUSTER_OWNER_PID:-}" ]; then

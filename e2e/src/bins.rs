@@ -21,7 +21,13 @@ pub fn workspace_bin(name: &str) -> Result<PathBuf, E2eError> {
     build(name, false)
 }
 
-/// [`workspace_bin`] built with `--release`, for benchmarks.
+/// The binaries a release ships in its images, built together by [`workspace_bin_release`]
+/// (one build: building them one package at a time would unify features three ways and
+/// compile the shared dependencies three times).
+pub const SERVING_BINARIES: [&str; 3] = ["warmpath-router", "warmpath-controller", "warmpath-sim"];
+
+/// [`workspace_bin`] built with `--release`: what the node cluster's images and the benchmarks
+/// run. One of [`SERVING_BINARIES`] builds all three.
 pub fn workspace_bin_release(name: &str) -> Result<PathBuf, E2eError> {
     build(name, true)
 }
@@ -38,7 +44,33 @@ fn build(name: &str, release: bool) -> Result<PathBuf, E2eError> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root);
-    if release {
+    // `cargo test` gives its test processes CARGO_MANIFEST_DIR, CARGO_PKG_* and the like. ring's
+    // build script declares `rerun-if-env-changed` on those, so a nested cargo that inherits
+    // them finds ring dirty and rebuilds it and everything above it (3.5 minutes of a release
+    // build here, then again in the next `cargo test`). It gets the environment a shell has.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PKG_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            )
+        {
+            cmd.env_remove(key);
+        }
+    }
+    if release && SERVING_BINARIES.contains(&name) {
+        cmd.args(["build", "--quiet", "--release", "--bins"]);
+        for b in SERVING_BINARIES {
+            cmd.args(["-p", b]);
+        }
+    } else if release {
         cmd.args(["build", "--quiet", "--release", "-p", name, "--bin", name]);
     } else {
         // Exactly what `cargo test --workspace` builds (same packages, so the same feature

@@ -23,13 +23,15 @@ mod node;
 mod pods;
 mod resources;
 
-pub use bins::{controller_command, workspace_bin, workspace_bin_release, KillOnDrop};
+pub use bins::{
+    controller_command, workspace_bin, workspace_bin_release, KillOnDrop, SERVING_BINARIES,
+};
 pub use blackhole::BlackholeProxy;
 pub use chart::{list_yaml_files, str_at, Chart, RenderedChart};
 pub use cluster::{client_from_kubeconfig, repo_root, run, TestCluster};
 pub use error::E2eError;
 pub use namespace::TestNamespace;
-pub use node::NodeCluster;
+pub use node::{report_phase, NodeCluster};
 pub use pods::{create_pod, set_pod_status};
 pub use resources::{
     warmpath_api, warmpath_object, warmpath_resource, warmpath_resource_at, WARMPATH_KINDS,

@@ -103,6 +103,13 @@ impl NodeCluster {
         if !out.status.success() {
             return Err(format!("node.sh up: {}\n{}", out.status, tail(&out.stderr)));
         }
+        // The phases' times, where the test's output shows them (the harness captures only
+        // `eprintln!`).
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
+            if line.starts_with("phase: ") || line.starts_with("node.sh: node cluster up") {
+                let _ = writeln!(std::io::stderr(), "warmpath-e2e: {line}");
+            }
+        }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let kubeconfig = stdout
             .lines()
@@ -180,5 +187,18 @@ impl NodeCluster {
             None,
         )?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+}
+
+/// Reports a phase's time where the run shows it: on stderr past the test harness's capture,
+/// and in the file `WARMPATH_PHASES` names (`with-cluster.sh` prints it at the end), as
+/// `e2e/cluster/lib.sh`'s `phase` does for the scripts.
+pub fn report_phase(name: &str, took: std::time::Duration) {
+    let line = format!("{name:<44} {:>5}s", took.as_secs());
+    let _ = writeln!(std::io::stderr(), "warmpath-e2e: phase: {line}");
+    if let Some(file) = std::env::var_os("WARMPATH_PHASES") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(file) {
+            let _ = writeln!(f, "{line}");
+        }
     }
 }

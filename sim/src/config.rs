@@ -38,7 +38,7 @@
 //! process's prefill as its own. A decode waits at most `--bootstrap-timeout-ms` for its
 //! prefill, then answers 500.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
@@ -175,6 +175,14 @@ pub struct Cli {
     /// even while a replica refuses connections.
     #[arg(long)]
     pub admin_listen: Option<SocketAddr>,
+    /// The address other engines reach these replicas at for P/D KV transfers, when `--listen`
+    /// is a wildcard (in a pod: its IP). vLLM's NIXL connector reads the same variable.
+    #[arg(long, env = "VLLM_NIXL_SIDE_CHANNEL_HOST")]
+    pub advertise_host: Option<IpAddr>,
+    /// On SIGTERM, stop accepting and let open requests finish for at most this long before
+    /// exiting (a pod being deleted), as vLLM's server does.
+    #[arg(long, default_value_t = 30)]
+    pub drain_seconds: u64,
 
     /// KV cache capacity in blocks, per replica.
     #[arg(long, default_value_t = 8192)]

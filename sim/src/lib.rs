@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use bootstrap::BootstrapConfig;
@@ -60,8 +60,11 @@ impl Fleet {
     pub fn find(&self, host: &str, port: u16) -> Option<&Arc<Replica>> {
         let ip: Option<IpAddr> = host.parse().ok();
         self.replicas.iter().find(|r| {
-            r.addr.port() == port
-                && (ip == Some(r.addr.ip()) || host == "localhost" && r.addr.ip().is_loopback())
+            let at = |a: SocketAddr| {
+                a.port() == port
+                    && (ip == Some(a.ip()) || host == "localhost" && a.ip().is_loopback())
+            };
+            at(r.advertised) || at(r.addr)
         })
     }
 
@@ -79,6 +82,11 @@ pub struct SimHandle {
     /// The process admin address, when `--admin-listen` was given.
     pub admin_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
+    drain: watch::Sender<bool>,
+    /// Every accept loop and open connection holds a clone; once all are gone the drain is
+    /// over (the receiver sees the channel closed).
+    open: Option<mpsc::Sender<()>>,
+    closed: mpsc::Receiver<()>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -86,6 +94,20 @@ impl SimHandle {
     /// Addresses of the replicas, in order.
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.fleet.replicas.iter().map(|r| r.addr).collect()
+    }
+
+    /// Stops serving gracefully: listeners close at once (new connections are refused), open
+    /// connections finish the requests they carry and close, for at most `limit`; then
+    /// everything stops as by [`SimHandle::shutdown`]. Returns whether every connection closed
+    /// in time.
+    pub async fn drain(&mut self, limit: Duration) -> bool {
+        let _ = self.drain.send(true);
+        self.open = None;
+        let drained = tokio::time::timeout(limit, self.closed.recv())
+            .await
+            .is_ok();
+        self.shutdown();
+        drained
     }
 
     /// Stops serving: listeners close, open connections are dropped, engines stop.
@@ -137,24 +159,29 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
         .iter()
         .enumerate()
         .map(|(i, (_, addr))| {
-            Arc::new(Replica::new(
-                i,
-                *addr,
-                cli.model.clone(),
-                cli.engine_config(i),
-                tokenizer.clone(),
-                faults,
-                cli.default_max_tokens,
-                publish,
-                BootstrapConfig {
-                    port: cli.bootstrap_port_for(i, *addr),
-                    timeout: Duration::from_millis(cli.bootstrap_timeout_ms),
-                },
-            ))
+            Arc::new(
+                Replica::new(
+                    i,
+                    *addr,
+                    cli.model.clone(),
+                    cli.engine_config(i),
+                    tokenizer.clone(),
+                    faults,
+                    cli.default_max_tokens,
+                    publish,
+                    BootstrapConfig {
+                        port: cli.bootstrap_port_for(i, *addr),
+                        timeout: Duration::from_millis(cli.bootstrap_timeout_ms),
+                    },
+                )
+                .advertised_at(cli.advertise_host),
+            )
         })
         .collect();
     let fleet = Arc::new(Fleet { replicas });
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let (drain, drain_rx) = watch::channel(false);
+    let (open, closed) = mpsc::channel(1);
     let mut tasks = Vec::new();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http();
@@ -180,7 +207,11 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
         tasks.push(tokio::spawn(server::serve(
             listener,
             ctx,
-            shutdown_rx.clone(),
+            server::Lifecycle {
+                shutdown: shutdown_rx.clone(),
+                drain: drain_rx.clone(),
+                open: open.clone(),
+            },
         )));
     }
     let mut admin_addr = None;
@@ -202,6 +233,9 @@ pub async fn start(cli: &Cli) -> Result<SimHandle, SimError> {
         fleet,
         admin_addr,
         shutdown,
+        drain,
+        open: Some(open),
+        closed,
         tasks,
     })
 }

@@ -1,4 +1,5 @@
-//! `warmpath-sim`: parses flags, starts the replicas, runs until interrupted.
+//! `warmpath-sim`: parses flags, starts the replicas, runs until interrupted (ctrl-c stops at
+//! once; SIGTERM drains open requests first).
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
@@ -32,9 +33,19 @@ fn main() -> anyhow::Result<()> {
         if let Some(a) = sim.admin_addr {
             tracing::info!(admin = %a, "admin endpoint");
         }
-        tokio::signal::ctrl_c()
-            .await
-            .context("waiting for ctrl-c")?;
+        let mut sim = sim;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("waiting for ctrl-c")?,
+            _ = term.recv() => {
+                // A pod being deleted: finish what is open, as vLLM does, within the limit.
+                let limit = std::time::Duration::from_secs(cli.drain_seconds);
+                tracing::info!(?limit, "SIGTERM: draining open requests");
+                let drained = sim.drain(limit).await;
+                tracing::info!(drained, "stopped");
+            }
+        }
         drop(sim);
         Ok(())
     })

@@ -1,7 +1,7 @@
 //! One simulated replica: its engine behind a lock, the task that drives the engine's steps in
 //! real time, its faults, and the admission of a request (tokenize, validate, P/D checks).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +56,9 @@ fn check_limits(req: &GenerateRequest, prompt_len: usize, max_len: usize) -> Res
 pub struct Replica {
     pub index: usize,
     pub addr: SocketAddr,
+    /// Where other engines reach this one for P/D (`kv_transfer_params.remote_host`): `addr`,
+    /// or the pod's address when `addr` is a wildcard ([`Replica::advertised_at`]).
+    pub advertised: SocketAddr,
     pub model: String,
     /// Named in P/D `kv_transfer_params.remote_engine_id`.
     pub engine_id: String,
@@ -125,6 +128,17 @@ impl Admitted {
 }
 
 impl Replica {
+    /// The replica as other engines reach it at `host` (its port unchanged): a server listening
+    /// on 0.0.0.0 in a pod names the pod's address, as vLLM's NIXL side channel does with
+    /// `VLLM_NIXL_SIDE_CHANNEL_HOST`.
+    pub fn advertised_at(mut self, host: Option<IpAddr>) -> Self {
+        if let Some(ip) = host {
+            self.advertised = SocketAddr::new(ip, self.addr.port());
+            self.engine_id = format!("warmpath-sim-{}", self.advertised);
+        }
+        self
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
@@ -140,6 +154,7 @@ impl Replica {
         Replica {
             index,
             addr,
+            advertised: addr,
             engine_id: format!("warmpath-sim-{addr}"),
             model,
             engine: Mutex::new(Engine::new(cfg, tokenizer.clone(), publish_events)),

@@ -193,3 +193,55 @@ async fn unhealthy_fails_health_checks() {
     post(a, "/admin/faults", &json!({"unhealthy": false}).to_string()).await;
     assert_eq!(get(a, "/health").await.status, 200);
 }
+
+#[tokio::test]
+async fn a_drain_finishes_the_open_stream_then_closes_and_refuses_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = sim(&["--timing", "zero"]).await;
+    let a = s.addrs()[0];
+    post(
+        a,
+        "/admin/faults",
+        r#"{"slow_stream": true, "slow_stream_ms": 200}"#,
+    )
+    .await;
+    let mut conn = tokio::net::TcpStream::connect(a).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{STREAM}",
+        STREAM.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: ") {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the first chunk");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        !String::from_utf8_lossy(&got).contains("[DONE]"),
+        "the stream must still be open when the drain starts"
+    );
+    // The rest of the stream, read until the sim closes the connection.
+    let reader = tokio::spawn(async move {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    let drained = s.drain(Duration::from_secs(10)).await;
+    let got = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the connection closes after its stream")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(drained, "the drain timed out");
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(
+        tokio::net::TcpStream::connect(a).await.is_err(),
+        "a drained sim must refuse connections"
+    );
+}

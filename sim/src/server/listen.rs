@@ -1,6 +1,7 @@
 //! The accept loop of a replica, and the refuse-connections fault: while it is on, the
 //! listening socket is closed (connects are refused, as by a dead pod) and open connections are
-//! dropped.
+//! dropped. A drain (SIGTERM) closes the listener and lets open connections finish their
+//! requests, as vLLM's server does when its pod is deleted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,13 +10,29 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::{handle, Ctx};
 
-/// Serves a replica's listener until `shutdown`, closing it (and every open connection) while
-/// the refuse-connections fault is on.
-pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
+/// When a replica's serving ends.
+#[derive(Clone)]
+pub struct Lifecycle {
+    /// Set: stop now, dropping open connections.
+    pub shutdown: watch::Receiver<bool>,
+    /// Set: accept no more connections, close open ones once their requests are answered.
+    pub drain: watch::Receiver<bool>,
+    /// Held while the accept loop or a connection lives; the drain waits for every clone to go.
+    pub open: mpsc::Sender<()>,
+}
+
+/// Serves a replica's listener until shut down or drained, closing it (and every open
+/// connection) while the refuse-connections fault is on.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, life: Lifecycle) {
+    let Lifecycle {
+        mut shutdown,
+        mut drain,
+        ..
+    } = life.clone();
     let addr = ctx.replica.addr;
     let mut faults = ctx.replica.faults.subscribe();
     let mut listener = Some(listener);
@@ -43,7 +60,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, mut shutdown: watch::Re
             r = accept => match r {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, ctx.clone(), shutdown.clone()));
+                    tokio::spawn(connection(stream, ctx.clone(), life.clone()));
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "accept failed");
@@ -52,15 +69,24 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, mut shutdown: watch::Re
             },
             c = faults.changed() => if c.is_err() { return },
             _ = shutdown.changed() => return,
+            _ = drained(&mut drain) => return,
         }
     }
 }
 
-async fn connection(
-    stream: tokio::net::TcpStream,
-    ctx: Arc<Ctx>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Resolves once the drain is set (never if its sender is gone: then shutdown ends serving).
+async fn drained(drain: &mut watch::Receiver<bool>) {
+    if drain.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn connection(stream: tokio::net::TcpStream, ctx: Arc<Ctx>, life: Lifecycle) {
+    let Lifecycle {
+        mut shutdown,
+        mut drain,
+        open: _open,
+    } = life;
     let mut faults = ctx.replica.faults.subscribe();
     let svc_ctx = ctx.clone();
     let svc = service_fn(move |req| handle(svc_ctx.clone(), req));
@@ -77,9 +103,18 @@ async fn connection(
             }
         }
     };
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = refused => {}
-        _ = shutdown.changed() => {}
+    tokio::pin!(refused);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = &mut refused => return,
+            _ = shutdown.changed() => return,
+            _ = drained(&mut drain), if !draining => {
+                // Answers the request in progress (a stream to its end), then closes.
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
     }
 }

@@ -36,7 +36,7 @@ mod tests;
 
 pub use admin::admin_patch;
 pub(crate) use admin::serve_admin;
-pub use listen::serve;
+pub use listen::{serve, Lifecycle};
 
 /// Largest request body accepted (vLLM has no limit; a bound keeps memory bounded).
 pub const MAX_BODY: usize = 32 << 20;

@@ -159,7 +159,7 @@ pub(super) fn pd_params(r: &Replica, s: &Summary) -> Value {
         "do_remote_decode": false,
         "remote_engine_id": r.engine_id,
         "remote_block_ids": slots,
-        "remote_host": r.addr.ip().to_string(),
-        "remote_port": r.addr.port(),
+        "remote_host": r.advertised.ip().to_string(),
+        "remote_port": r.advertised.port(),
     })
 }

@@ -23,9 +23,16 @@ use crate::tokens::Tokenizer;
 use crate::Fleet;
 
 fn replica(index: usize) -> Arc<Replica> {
-    Arc::new(Replica::new(
+    Arc::new(replica_at(
         index,
         format!("127.0.0.1:{}", 8001 + index).parse().unwrap(),
+    ))
+}
+
+fn replica_at(index: usize, addr: std::net::SocketAddr) -> Replica {
+    Replica::new(
+        index,
+        addr,
         "tiny".into(),
         EngineConfig::default(),
         Arc::new(Tokenizer::bytes()),
@@ -36,7 +43,7 @@ fn replica(index: usize) -> Arc<Replica> {
             port: 8998 + index as u16,
             ..BootstrapConfig::default()
         },
-    ))
+    )
 }
 
 /// The status and JSON body `admin_patch` answers with.
@@ -86,23 +93,43 @@ fn only_a_named_other_model_is_rejected() {
     assert_eq!(e.status, StatusCode::NOT_FOUND);
 }
 
-#[test]
-fn pd_params_name_the_prefill_replica_and_its_slots() {
-    let r = replica(2);
-    let s = Summary {
+/// What a prefill-only request of 8 tokens leaves: its blocks' slots and hashes.
+fn prefilled(slots: Vec<u32>, hashes: Vec<u64>) -> Summary {
+    Summary {
         prompt_tokens: 8,
         completion_tokens: 1,
         cached_tokens: 0,
         finish_reason: "length",
         ttft: 0.0,
-        prefill_blocks: Some((vec![3, 4], vec![11, 12])),
-    };
-    let v = pd_params(&r, &s);
+        prefill_blocks: Some((slots, hashes)),
+    }
+}
+
+#[test]
+fn pd_params_name_the_prefill_replica_and_its_slots() {
+    let r = replica(2);
+    let v = pd_params(&r, &prefilled(vec![3, 4], vec![11, 12]));
     assert_eq!(v["do_remote_prefill"], true);
     assert_eq!(v["remote_block_ids"], serde_json::json!([3, 4]));
     assert_eq!(v["remote_engine_id"], r.engine_id.as_str());
     assert_eq!(v["remote_host"], "127.0.0.1");
     assert_eq!(v["remote_port"], 8003);
+}
+
+#[test]
+fn a_replica_on_a_wildcard_address_names_its_advertised_host_to_its_decoders() {
+    let pod: std::net::IpAddr = "10.244.0.7".parse().unwrap();
+    let r = replica_at(0, "0.0.0.0:8000".parse().unwrap()).advertised_at(Some(pod));
+    let v = pd_params(&r, &prefilled(vec![1], vec![9]));
+    assert_eq!(v["remote_host"], "10.244.0.7");
+    assert_eq!(v["remote_port"], 8000);
+    assert_eq!(v["remote_engine_id"], "warmpath-sim-10.244.0.7:8000");
+    // A decoder in another pod is not this replica; asked by its advertised address, it is.
+    let fleet = Fleet {
+        replicas: vec![Arc::new(r)],
+    };
+    assert!(fleet.find("10.244.0.8", 8000).is_none());
+    assert!(fleet.find("10.244.0.7", 8000).is_some());
 }
 
 #[tokio::test]
