@@ -396,7 +396,8 @@ conntrack: {maxPerCore: 0}
 iptables: {minSyncPeriod: 0s, syncPeriod: 10s}
 nodePortAddresses: [$node_ip/32]
 EOF
-setsid "$bin/kube-proxy" --config "$run/kube-proxy.yaml" \
+# --v=2: every rules sync with its time, to line a refused connection up with the endpoints.
+setsid "$bin/kube-proxy" --config "$run/kube-proxy.yaml" --v=2 \
   </dev/null >"$run/kube-proxy.log" 2>&1 8>&- &
 echo $! >"$run/kube-proxy.pid"
 

@@ -175,6 +175,40 @@ impl NodeCluster {
         Ok(())
     }
 
+    /// Forgets the connections to `node_ip:port` (a NodePort) that kube-proxy refused while the
+    /// Service had no endpoints yet: their conntrack entries (never rewritten to a pod) outlive
+    /// the refusal by up to two minutes, kube-proxy clears such entries for UDP only, and this
+    /// host, the tests' only client, hands the same source ports out again for the same
+    /// destination, so a later connection on one of them would be refused again though the
+    /// Service has pods. Connections that reached a pod (their reply comes from its address)
+    /// are untouched. Nothing to do on kind, whose clients' ports live in other namespaces.
+    pub fn forget_refused_connections(&self, node_ip: &str, port: u16) -> Result<(), E2eError> {
+        if !matches!(self.images, ImageSink::Containerd(_)) {
+            return Ok(());
+        }
+        let out = Command::new("conntrack")
+            .args(["-D", "-p", "tcp", "-d", node_ip, "--dport"])
+            .arg(port.to_string())
+            .args(["-r", node_ip])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| E2eError::Spawn {
+                command: "conntrack -D".into(),
+                source,
+            })?;
+        // Exit status 1 with "0 flow entries have been deleted" is the usual answer.
+        let said = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || said.contains("0 flow entries") {
+            Ok(())
+        } else {
+            Err(E2eError::Command {
+                command: "conntrack -D".into(),
+                status: out.status.to_string(),
+                stderr: said.into_owned(),
+            })
+        }
+    }
+
     /// The node's address (its `InternalIP`), where NodePort Services answer.
     pub fn node_ip(&self) -> Result<String, E2eError> {
         let out = run(

@@ -201,6 +201,16 @@ async fn install_with(
         .expect("the router Service has a NodePort");
     let ip = node.node_ip().expect("node address");
     let addr: SocketAddr = format!("{ip}:{port}").parse().expect("address");
+    // The Deployment is ready before kube-proxy routes its Service: until then the NodePort
+    // refuses. Those refusals' traces are cleared once it serves (see
+    // `forget_refused_connections`), so that they cannot fail the test's own requests.
+    // Any answer will do (the P/D example serves another model): a router answered.
+    eventually("a router to answer through the NodePort", 90, || async {
+        complete_streamed(addr, "warm up").await.is_ok()
+    })
+    .await;
+    node.forget_refused_connections(&ip, u16::try_from(port).expect("a port"))
+        .expect("conntrack");
     (ns, addr)
 }
 
@@ -360,11 +370,13 @@ impl Traffic {
                             Ok(r) if r.status == 200 && r.body.trim_end().ends_with("[DONE]") => {
                                 ok.fetch_add(1, Ordering::Relaxed);
                             }
-                            Ok(r) => failed
-                                .lock()
-                                .unwrap()
-                                .push(format!("{}: {}", r.status, r.body)),
-                            Err(e) => failed.lock().unwrap().push(e),
+                            Ok(r) => failed.lock().unwrap().push(format!(
+                                "{} {}: {}",
+                                utc_now(),
+                                r.status,
+                                r.body
+                            )),
+                            Err(e) => failed.lock().unwrap().push(format!("{} {e}", utc_now())),
                         }
                         i += 1;
                     }
@@ -406,6 +418,21 @@ impl Traffic {
     }
 }
 
+/// The time of day (UTC, to the millisecond), to line a failure up with the pods' logs.
+fn utc_now() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let s = t.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        t.subsec_millis()
+    )
+}
+
 /// The pod that holds the controller's Lease.
 async fn leader(ns: &TestNamespace) -> Option<String> {
     Api::<Lease>::namespaced(ns.client(), ns.name())
@@ -429,35 +456,39 @@ async fn routers_roll_and_the_controller_leader_dies_under_traffic_losing_no_req
         return;
     };
     let (ns, addr) = install(node, "node-rolling", 2, &[]).await;
-    eventually("the router to serve", 90, || async {
-        matches!(
-            complete_streamed(addr, "warm up").await,
-            Ok(Reply { status: 200, .. })
-        )
-    })
-    .await;
 
     // Clients send one request after another through the Service while the routers roll.
     let traffic = Traffic::start(addr, 4);
     let before = traffic.answered();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // A changed pod template (a new environment variable) rolls the Deployment, one pod at a
-    // time.
+    // `helm upgrade` with a changed pod template (a new annotation), as a user's upgrade
+    // rolls the Deployment: one pod at a time, the chart's maxUnavailable and probes deciding.
+    let chart = Chart::prepare(ns.scratch_dir()).expect("chart");
     run(
-        ns.cluster().kubectl().args([
-            "set",
-            "env",
-            "-n",
-            ns.name(),
-            &format!("deployment/{ROUTER}"),
-            "WARMPATH_E2E_ROLL=1",
-        ]),
+        ns.cluster()
+            .helm()
+            .args(["upgrade", RELEASE])
+            .arg(chart.dir())
+            .args([
+                "-n",
+                ns.name(),
+                "--reuse-values",
+                "--set-string",
+                "router.podAnnotations.e2e-roll=1",
+                "--timeout",
+                "180s",
+            ]),
         None,
     )
-    .expect("kubectl set env");
+    .expect("helm upgrade");
     rollout(&ns, ROUTER, 180);
     let deployments: Api<Deployment> = Api::namespaced(ns.client(), ns.name());
     let d = deployments.get(ROUTER).await.expect("router Deployment");
+    assert_eq!(
+        d.metadata.generation,
+        Some(2),
+        "the upgrade did not change the router's pod template"
+    );
     let status = d.status.expect("status");
     assert_eq!(status.updated_replicas, status.replicas, "{status:?}");
 
@@ -842,13 +873,6 @@ async fn a_node_drain_stops_at_the_routers_disruption_budget_while_traffic_flows
     };
     let (ns, addr) = install(node, "node-drain", 2, &["router.podLabels.e2e-drain=yes"]).await;
     let routers = wait_ready(&ns, "app.kubernetes.io/component=router", 2, 120).await;
-    eventually("the router to serve", 90, || async {
-        matches!(
-            complete_streamed(addr, "warm up").await,
-            Ok(Reply { status: 200, .. })
-        )
-    })
-    .await;
     // A cordoned node takes no new pod of any test: wait until this test is alone on it.
     drop(shared);
     let _alone = NODE_USE.write().await;
