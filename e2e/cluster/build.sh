@@ -9,9 +9,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+cache="$(e2e_cache "$here")"
 mkdir -p "$cache/bin" "$cache/logs"
-cache="$(cd "$cache" && pwd)"
 bin="$cache/bin"
 
 command -v go >/dev/null || { echo "build.sh: Go is not installed (need go >= 1.26)" >&2; exit 2; }

@@ -5,9 +5,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
-mkdir -p "$cache"
-cache="$(cd "$cache" && pwd)"
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+cache="$(e2e_cache "$here")"
 run="$cache/run"
 
 locked=0 from_watchdog=0
@@ -23,8 +23,6 @@ if [ "$locked" = 0 ]; then
   flock 8
 fi
 
-# shellcheck source=e2e/cluster/lib.sh
-. "$here/lib.sh"
 stop() { stop_pidfile "$run" "$@"; }
 
 if [ "$from_watchdog" = 0 ]; then stop watchdog warmpath-e2e-watchdog; fi

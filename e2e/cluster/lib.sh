@@ -2,6 +2,13 @@
 # Shared by up.sh, down.sh and node.sh: stopping what a pid file names, and the owners' watchdog
 # that stops a test cluster once the last test process using it has exited.
 
+# The cache folder (built binaries, cluster state, logs): WARMPATH_E2E_CACHE, else e2e/.cache
+# beside these scripts in HERE; created, printed as an absolute path.
+e2e_cache() { # here
+  local c="${WARMPATH_E2E_CACHE:-$1/../.cache}"
+  mkdir -p "$c" && (cd "$c" && pwd)
+}
+
 # Reports how long a phase took (since START, in epoch seconds) on stderr and, when
 # WARMPATH_PHASES names a file (with-cluster.sh sets it), there too, for the run's closing summary.
 phase() { # name start
@@ -26,6 +33,15 @@ stop_pidfile() { # run name pattern [tenths]
   rm -f "$pidfile"
 }
 
+# Whether a process listed in RUN/owners (the clusters' users) is alive, EXCEPT one pid if given.
+owners_alive() { # run [except]
+  local pid
+  while read -r pid; do
+    [ "$pid" != "${2:-}" ] && kill -0 "$pid" 2>/dev/null && return 0
+  done <"$1/owners"
+  return 1
+}
+
 # Starts, as NAME, the watchdog that runs STOP... once no pid listed in RUN/owners is alive. It
 # takes LOCK (on fd 8, held while STOP runs) before the last check, so that an owner joining at
 # that moment is not left without a cluster. Its pid goes to RUN/watchdog.pid, its output to LOG.
@@ -33,18 +49,13 @@ start_watchdog() { # run lock log name stop...
   local run=$1 lock=$2 log=$3 name=$4
   shift 4
   # shellcheck disable=SC2016 # expanded by the watchdog's own shell
-  setsid bash -c '
+  setsid bash -c "$(declare -f owners_alive)"'
     run="$1"; lock="$2"; shift 2
-    owners_alive() {
-      local pid
-      while read -r pid; do kill -0 "$pid" 2>/dev/null && return 0; done <"$run/owners"
-      return 1
-    }
     while :; do
       sleep 1
-      owners_alive 2>/dev/null && continue
+      owners_alive "$run" 2>/dev/null && continue
       exec 8>"$lock"; flock 8
-      if ! owners_alive 2>/dev/null; then "$@"; exit 0; fi
+      if ! owners_alive "$run" 2>/dev/null; then "$@"; exit 0; fi
       flock -u 8
     done' "$name" "$run" "$lock" "$@" </dev/null >>"$log" 2>&1 8>&- &
   echo $! >"$run/watchdog.pid"

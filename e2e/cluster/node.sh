@@ -20,9 +20,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
-mkdir -p "$cache"
-cache="$(cd "$cache" && pwd)"
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+cache="$(e2e_cache "$here")"
 export WARMPATH_E2E_CACHE="$cache"
 bin="$cache/bin"
 run="$cache/node-run"
@@ -38,8 +38,6 @@ node_name=warmpath-node
 cni_bin=${WARMPATH_CNI_BIN:-/usr/lib/cni}
 pause_ref=registry.k8s.io/pause:warmpath-e2e
 
-# shellcheck source=e2e/cluster/lib.sh
-. "$here/lib.sh"
 
 log() { echo "node.sh: $*" >&2; }
 die() { log "$*"; exit 1; }

@@ -5,8 +5,9 @@
 # Usage: restart-apiserver.sh [SECONDS]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
-cache="$(cd "$cache" && pwd)"
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+cache="$(e2e_cache "$here")"
 run="$cache/run"
 down_for="${1:-0}"
 log() { echo "restart-apiserver.sh: $*" >&2; }

@@ -16,16 +16,14 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
-mkdir -p "$cache"
-cache="$(cd "$cache" && pwd)"
+# shellcheck source=e2e/cluster/lib.sh
+. "$here/lib.sh"
+cache="$(e2e_cache "$here")"
 export WARMPATH_E2E_CACHE="$cache"
 bin="$cache/bin"
 run="$cache/run"
 kubeconfig="$run/kubeconfig"
 
-# shellcheck source=e2e/cluster/lib.sh
-. "$here/lib.sh"
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "$*"; exit 1; }

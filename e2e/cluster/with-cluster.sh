@@ -12,7 +12,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
 # shellcheck source=e2e/cluster/lib.sh
 . "$here/lib.sh"
-cache="${WARMPATH_E2E_CACHE:-$here/../.cache}"
+cache="$(e2e_cache "$here")"
 
 WARMPATH_PHASES="$(mktemp)"
 export WARMPATH_PHASES
@@ -48,14 +48,7 @@ set -e
 phase "command: $1 ${2:-}" "$command_start"
 # The cluster this script started stops now (its watchdog would, once this shell exits), so
 # that its teardown is timed too; not when another live process still uses it.
-others_alive() {
-  local pid
-  while read -r pid; do
-    [ "$pid" != $$ ] && kill -0 "$pid" 2>/dev/null && return 0
-  done <"$cache/run/owners"
-  return 1
-}
-if [ "$rc" = 0 ] && [ "$running_before" = 0 ] && ! others_alive 2>/dev/null; then
+if [ "$rc" = 0 ] && [ "$running_before" = 0 ] && ! owners_alive "$cache/run" $$ 2>/dev/null; then
   down_start=$(date +%s)
   "$here/down.sh" || true
   phase "API server: torn down" "$down_start"

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{complete_streamed, prompt, Reply};
+use common::{complete_streamed, get, prompt, served, Reply};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -807,7 +807,7 @@ async fn an_engine_pod_failing_its_readiness_probe_gets_no_traffic_until_it_pass
             _ => in_a_row = 0,
         }
     }
-    let sick_served = served_by(sick_addr).await;
+    let sick_served = served(sick_addr).await;
     for i in 0..30 {
         let r = complete_streamed(addr, &prompt(rand_seed() + 8_000_000 + i, 300))
             .await
@@ -822,7 +822,7 @@ async fn an_engine_pod_failing_its_readiness_probe_gets_no_traffic_until_it_pass
         );
     }
     assert_eq!(
-        served_by(sick_addr).await,
+        served(sick_addr).await,
         sick_served,
         "the unready engine was sent requests"
     );
@@ -841,14 +841,6 @@ async fn an_engine_pod_failing_its_readiness_probe_gets_no_traffic_until_it_pass
     wait_ready(&ns, "app=sim", 2, 60).await;
     answering(&ns, addr, &sims, 60).await;
     ns.finish();
-}
-
-/// `vllm:request_success_total` of the simulator at `addr`: requests it finished.
-async fn served_by(addr: SocketAddr) -> f64 {
-    let r = warmpath_testkit::send(addr, "GET", "/metrics", &[], "", Duration::from_secs(5))
-        .await
-        .expect("engine metrics");
-    warmpath_testkit::metric(&r.body, "vllm:request_success_total", &[])
 }
 
 /// Uncordons the node when dropped, so that a failing drain test leaves it schedulable.
@@ -1072,11 +1064,9 @@ async fn the_pd_example_splits_a_long_prompt_through_a_decode_pods_sidecar() {
     let mut splits = 0.0;
     for pod in &decode {
         let admin = SocketAddr::new(pod_ip(&ns, pod).await, 9091);
-        let r = warmpath_testkit::send(admin, "GET", "/metrics", &[], "", Duration::from_secs(5))
-            .await
-            .expect("sidecar metrics");
+        let (_, metrics) = get(admin, "/metrics").await;
         splits += warmpath_testkit::metric(
-            &r.body,
+            &metrics,
             "warmpath_sidecar_requests_total",
             &[("outcome", "split")],
         );
