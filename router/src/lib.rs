@@ -204,7 +204,7 @@ pub async fn start_with(
         drain: Duration::from_millis(config.shutdown.drain_ms),
         max_connections: config.limits.max_connections,
         write_stall: Duration::from_millis(config.timeouts.write_stall_ms),
-        counters: Some(metrics.connections.clone()),
+        counters: Some(metrics.connections.listener.clone()),
         tls: config
             .tls
             .as_ref()
@@ -228,7 +228,7 @@ pub async fn start_with(
     ));
     let stall_watch = body::StallWatch::new(
         Duration::from_millis(config.timeouts.write_stall_ms),
-        metrics.client_write_stalls.clone(),
+        metrics.connections.client_write_stalls.clone(),
     );
     let accept_before_drain = Duration::from_millis(config.shutdown.accept_ms);
     let bound = config.start_only();
@@ -265,7 +265,8 @@ pub async fn start_with(
     let replicas = publisher.replicas();
     publisher.apply(Update::File(Box::new(config)));
     metrics
-        .config_reloads
+        .config
+        .reloads
         .get_or_create(&ResultLabels { result: "ok" })
         .inc();
 

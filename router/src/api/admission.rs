@@ -8,7 +8,7 @@
 //! ends), so a flow controller can count what is in flight, and hears what the request used.
 
 use super::{Admitted, Parsed, StageFuture};
-use crate::choice::Placement;
+use crate::choice::PrefillRule;
 use crate::errors::{ApiError, RespBody};
 use crate::state::table::Table;
 use crate::tenants::{Identity, PeerAddr, Tenant};
@@ -47,8 +47,8 @@ pub trait Held: Send + Sync {
     /// done on its replica.
     fn first_token(&self) {}
     /// Which replicas the request's prefill may go to (flow control's isolation rules).
-    fn placement(&self) -> Placement {
-        Placement::Any
+    fn prefill_rule(&self) -> PrefillRule {
+        PrefillRule::Any
     }
 }
 
@@ -78,8 +78,10 @@ impl Permit {
             h.first_token();
         }
     }
-    pub fn placement(&self) -> Placement {
-        self.0.as_ref().map_or(Placement::Any, |h| h.placement())
+    pub fn prefill_rule(&self) -> PrefillRule {
+        self.0
+            .as_ref()
+            .map_or(PrefillRule::Any, |h| h.prefill_rule())
     }
 }
 

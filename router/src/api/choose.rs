@@ -69,7 +69,7 @@ where
             table: &request.ctx().table,
             features: request.features(),
             exclude: &attempt.exclude,
-            placement: request.permit.placement(),
+            prefill_rule: request.permit.prefill_rule(),
             headers: &request.parsed.read.head.headers,
             request_id: Some(&request.ctx().request_id),
             tenant: &request.tenant.name,

@@ -54,6 +54,7 @@ fn answer(metrics: &Metrics, request_id: &HeaderValue, rejection: Rejection) -> 
     }
     metrics
         .requests
+        .answered
         .get_or_create(&RequestLabels {
             model,
             pool: String::new(),

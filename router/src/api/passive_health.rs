@@ -100,6 +100,7 @@ where
                 {
                     observed
                         .metrics
+                        .requests
                         .upstream_error(&observed.replica.name, "unavailable");
                     observed.answer_failed();
                     Err(observed.unavailable(resp))
@@ -135,7 +136,7 @@ impl Observed {
             UpstreamError::Connect(e) => connect_failure(e),
             other => other.kind(),
         };
-        self.metrics.upstream_error(&replica.name, kind);
+        self.metrics.requests.upstream_error(&replica.name, kind);
         match (error, kind) {
             (UpstreamError::Connect(err), "connect") => {
                 let backoff = replica
@@ -250,6 +251,7 @@ impl Observed {
             return Ok(answer);
         }
         self.metrics
+            .requests
             .upstream_error(&self.replica.name, "server_error");
         Err(self.unavailable(answer))
     }

@@ -39,7 +39,7 @@ impl BodyBudget {
     /// Room for `kib` KiB more, held until the permit is dropped.
     fn hold_kib(&self, kib: u32) -> Result<OwnedSemaphorePermit, ApiError> {
         self.kib.clone().try_acquire_many_owned(kib).map_err(|_| {
-            self.metrics.body_budget_refusals.inc();
+            self.metrics.connections.body_budget_refusals.inc();
             ApiError::body_budget()
         })
     }

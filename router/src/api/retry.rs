@@ -137,6 +137,7 @@ impl RetrySafe {
 
     fn count(&self, reason: &'static str) {
         self.metrics
+            .requests
             .retries
             .get_or_create(&ReasonLabels { reason })
             .inc();

@@ -197,10 +197,10 @@ impl Ending {
                     None => {}
                 },
                 Outcome::Abandoned => {
-                    self.metrics.client_disconnects.inc();
+                    self.metrics.connections.client_disconnects.inc();
                 }
                 Outcome::Failed(kind) => {
-                    self.metrics.upstream_error(&replica.name, kind);
+                    self.metrics.requests.upstream_error(&replica.name, kind);
                     if kind == "idle" {
                         // Silent while it answered others: this request's doing (a preempted
                         // or crafted request), not the replica's. The silence began `idle` ago.
@@ -216,7 +216,7 @@ impl Ending {
                     }
                 }
             }
-            self.metrics.count(&self.route, status);
+            self.metrics.requests.count(&self.route, status);
         }
         self.route
             .duration

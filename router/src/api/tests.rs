@@ -424,19 +424,19 @@ fn words(seed: u32, words: u32) -> String {
 }
 
 #[test]
-fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pending() {
-    use crate::choice::{Choice, Indexes, Placement};
+fn flow_control_prefill_rule_steers_prefills_away_from_a_replica_with_prefill_pending() {
+    use crate::choice::{Choice, Indexes, PrefillRule};
     let t = table(2);
     let features = |prompt: &str| {
         let body = serde_json::json!({"model": "tiny", "prompt": prompt}).to_string();
         crate::request::parse(Endpoint::Completions, body.as_bytes(), &t.hasher, |_| None).unwrap()
     };
     let ids = replica_ids(&t);
-    let go = |idx: &Indexes, prompt: &str, exclude: &[ReplicaId], placement: Placement| {
+    let go = |idx: &Indexes, prompt: &str, exclude: &[ReplicaId], prefill_rule: PrefillRule| {
         let features = features(prompt);
         Choice {
             exclude,
-            placement,
+            prefill_rule,
             seed: 7,
             ..Choice::serving(idx, &t, &features).unwrap()
         }
@@ -450,17 +450,17 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
     let shared = words(1, 1500);
     let fresh = || {
         let idx = Indexes::alone(index());
-        drop(go(&idx, &shared, &ids[1..], Placement::Any));
+        drop(go(&idx, &shared, &ids[1..], PrefillRule::Any));
         idx
     };
     // `big`, another prompt, is in flight on r0 with its prefill still pending (guards held).
-    let big = go(&fresh(), &words(3, 2400), &ids[1..], Placement::Any);
+    let big = go(&fresh(), &words(3, 2400), &ids[1..], PrefillRule::Any);
     assert_eq!(big.candidate.replica.name, "r0");
     let pending = big.candidate.replica.pending_prefill_tokens();
     assert_eq!(pending, u64::from(big.uncached_tokens));
     let longer = format!("{shared}{}", words(2, 20));
-    let to = |placement| {
-        go(&fresh(), &longer, &[], placement)
+    let to = |prefill_rule| {
+        go(&fresh(), &longer, &[], prefill_rule)
             .candidate
             .replica
             .name
@@ -468,25 +468,25 @@ fn flow_control_placement_steers_prefills_away_from_a_replica_with_prefill_pendi
     };
     // Left to the scheduler, the longer prompt follows its prefix to r0, where its prefill
     // would share a step with all of `big`'s.
-    assert_eq!(to(Placement::Any), "r0");
+    assert_eq!(to(PrefillRule::Any), "r0");
     // A backlog's request goes where the pending prefill is under the bound; when none is,
     // anywhere (admission's pool bound keeps that rare).
-    assert_eq!(to(Placement::PrefillBelow(pending)), "r1");
-    assert_eq!(to(Placement::PrefillBelow(pending + 1)), "r0");
+    assert_eq!(to(PrefillRule::PrefillBelow(pending)), "r1");
+    assert_eq!(to(PrefillRule::PrefillBelow(pending + 1)), "r0");
     let r1 = &t.candidates("tiny").unwrap()[1].replica;
     let also_pending = crate::state::replica::PrefillGuard::new(r1.clone(), pending);
     assert_eq!(
-        to(Placement::PrefillBelow(pending)),
+        to(PrefillRule::PrefillBelow(pending)),
         "r0",
         "no replica below the bound: the scheduler's choice"
     );
     drop(also_pending);
     // A light tenant's request goes where the least prefill is ahead of its first token:
     // r1's cold prefill of the whole prompt is less than `big` plus the suffix on r0.
-    assert_eq!(to(Placement::LeastPrefill), "r1");
+    assert_eq!(to(PrefillRule::LeastPrefill), "r1");
     drop(big);
     // Nothing pending on r0 any more: its cached prefix makes it the lighter one.
-    assert_eq!(to(Placement::LeastPrefill), "r0");
+    assert_eq!(to(PrefillRule::LeastPrefill), "r0");
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! log, then logged and counted (decision time, reason, spills, prefix blocks queried and
 //! matched, the replica's own block counts, session affinity).
 
-use super::{Choice, Indexes, Placement, Routed};
+use super::{Choice, Indexes, PrefillRule, Routed};
 use crate::decisions::{DecisionLog, Record};
 use crate::errors::ApiError;
 use crate::metrics::{Metrics, ReasonLabels, ResultLabels};
@@ -31,7 +31,7 @@ pub struct Ask<'a> {
     /// Replicas not to choose (one that just refused a connection, or outside a Gateway's
     /// subset).
     pub exclude: &'a [ReplicaId],
-    pub placement: Placement,
+    pub prefill_rule: PrefillRule,
     /// The request's headers (`x-warmpath-explain`).
     pub headers: &'a HeaderMap,
     /// Its `x-request-id`, for the decision log (`None`: the log says none).
@@ -74,7 +74,7 @@ impl Chooser {
             && self.decisions.sample(started, explain.sample_interval());
         let mut routed = Choice {
             exclude: ask.exclude,
-            placement: ask.placement,
+            prefill_rule: ask.prefill_rule,
             seed: self.next_seed(),
             explain: asked || sampled,
             ..Choice::serving(&self.indexes, ask.table, ask.features)?

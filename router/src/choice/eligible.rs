@@ -3,7 +3,7 @@
 //! tenant's share, under the pending-prefill bound (while another is). Each rule gives way when
 //! it would leave no replica.
 
-use super::{Choice, Placement};
+use super::{Choice, PrefillRule};
 use crate::state::table::Candidate;
 use std::time::Instant;
 
@@ -37,7 +37,7 @@ pub(super) fn eligible<'c>(choice: &Choice<'c>, now: Instant) -> Vec<&'c Candida
     // Work of a tenant at or over its share goes where fewer prompt tokens wait for their
     // prefill than the bound: admission bounds the pool's total, and two of a backlog's
     // prefills on one replica would both sit in the step of a light request sent there.
-    if let Placement::PrefillBelow(max) = choice.placement {
+    if let PrefillRule::PrefillBelow(max) = choice.prefill_rule {
         keep_if_any(&mut ready, |c| c.replica.pending_prefill_tokens() < max);
     }
     ready

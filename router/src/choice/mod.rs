@@ -65,12 +65,12 @@ impl Indexes {
     }
 }
 
-/// What flow control asks of the replica choice for one request, so that a light tenant's
-/// prefill shares its engine step with as little backlog prefill as possible: pending prefill
-/// tokens are counted per replica (prompt tokens sent there with no first token yet), and
-/// admission only bounds the pool's total.
+/// Which replicas a request's prefill may go to: what flow control asks of the replica choice
+/// for one request, so that a light tenant's prefill shares its engine step with as little
+/// backlog prefill as possible. Pending prefill tokens are counted per replica (prompt tokens
+/// sent there with no first token yet), and admission only bounds the pool's total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
+pub enum PrefillRule {
     /// No rule: the scheduler's choice.
     #[default]
     Any,
@@ -121,7 +121,7 @@ pub struct Choice<'a> {
     /// subset.
     pub exclude: &'a [ReplicaId],
     /// What flow control asks of the candidates' pending prefill work.
-    pub placement: Placement,
+    pub prefill_rule: PrefillRule,
     /// The scheduler's per-request seed ([`Chooser::next_seed`]).
     pub seed: u64,
     /// Where the request's session lives, when it may pull the request home (not for the legs
@@ -143,7 +143,7 @@ struct Decided {
 
 impl<'a> Choice<'a> {
     /// Among the serving candidates of the request's model, its session followed; nothing
-    /// excluded, no placement rule, not explained (set the fields to change that).
+    /// excluded, no prefill rule, not explained (set the fields to change that).
     pub fn serving(
         indexes: &'a Indexes,
         table: &'a Table,
@@ -159,7 +159,7 @@ impl<'a> Choice<'a> {
     }
 
     /// Among `candidates` (a split's prefill candidates, or its decode replica again), with no
-    /// session; nothing excluded, no placement rule, not explained.
+    /// session; nothing excluded, no prefill rule, not explained.
     pub fn among(
         indexes: &'a Indexes,
         table: &'a Table,
@@ -172,7 +172,7 @@ impl<'a> Choice<'a> {
             candidates,
             features,
             exclude: &[],
-            placement: Placement::Any,
+            prefill_rule: PrefillRule::Any,
             seed: 0,
             sessions: None,
             explain: false,
@@ -228,7 +228,7 @@ impl<'a> Choice<'a> {
     }
 
     /// Under the index lock: each candidate's match, the scheduler's decision (within the
-    /// placement rule), the session's pull home, and the choice recorded in the index.
+    /// prefill rule), the session's pull home, and the choice recorded in the index.
     fn decide(
         &self,
         ready: &[&Candidate],
@@ -295,8 +295,8 @@ impl<'a> Choice<'a> {
             .collect();
         // Candidates of several pools are scored by the first's weights.
         let scheduler = self.table.scheduler_for(&ready[0].pool);
-        let least = match self.placement {
-            Placement::LeastPrefill => least_prefill(&views, request),
+        let least = match self.prefill_rule {
+            PrefillRule::LeastPrefill => least_prefill(&views, request),
             _ => None,
         };
         let mut decision = match &least {
@@ -444,7 +444,7 @@ impl<'a> Choice<'a> {
     }
 }
 
-/// For [`Placement::LeastPrefill`]: the views (by index) with the least prefill work in or
+/// For [`PrefillRule::LeastPrefill`]: the views (by index) with the least prefill work in or
 /// before this request's engine step, its pending prefill tokens plus the request's own
 /// uncached ones there; `None` when every view has the same. Its own uncached tokens count, so
 /// that a cached prefix still draws the request when the work ahead is no larger.

@@ -164,7 +164,7 @@ impl Core {
                 table: &table,
                 features: &features,
                 exclude: &exclude,
-                placement: permit.placement(),
+                prefill_rule: permit.prefill_rule(),
                 headers: &head.headers,
                 request_id: head.headers.get("x-request-id"),
                 tenant: &tenant.name,
@@ -226,6 +226,7 @@ impl Core {
         self.parts
             .metrics
             .requests
+            .answered
             .get_or_create(&RequestLabels {
                 model: refusal.model.clone(),
                 pool: String::new(),

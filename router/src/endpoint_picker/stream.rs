@@ -380,7 +380,13 @@ impl Stream {
                 .clone()
                 .try_acquire_many_owned(kib - holding.held_kib)
                 .map_err(|_| {
-                    self.shared.core.parts.metrics.body_budget_refusals.inc();
+                    self.shared
+                        .core
+                        .parts
+                        .metrics
+                        .connections
+                        .body_budget_refusals
+                        .inc();
                     ApiError::body_budget()
                 })?;
             match &mut holding.held {

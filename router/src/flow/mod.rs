@@ -25,7 +25,7 @@
 //! pool's total, counted here at dispatch) or every ready replica has that many of its own
 //! (counted by the replica choice), so that a light tenant's prefill shares its engine step
 //! with a bounded amount of a backlog's prefills. Each grant tells the replica choice where its
-//! prefill may go ([`Placement`]): a backlog's work only to a replica under the bound while one
+//! prefill may go ([`PrefillRule`]): a backlog's work only to a replica under the bound while one
 //! is, a light tenant's to the replica with the least prefill work ahead of its first token.
 //!
 //! A request is charged at dispatch its prompt tokens plus its expected output (`max_tokens`,
@@ -43,7 +43,7 @@ pub mod saturation;
 mod tests;
 
 use crate::api::admission::{Admission, AdmissionRequest, Admit, Held, Permit};
-use crate::choice::Placement;
+use crate::choice::PrefillRule;
 use crate::config::{Fairness, FlowConfig, SaturationConfig};
 use crate::errors::ApiError;
 use crate::metrics::{DispatchLabels, Metrics, ObjectiveLabels, RefusalLabels, TenantLabels};
@@ -317,7 +317,7 @@ impl FlowControl {
             uncached: AtomicU64::new(seed.prompt_tokens),
             prefilling: AtomicU64::new(seed.prompt_tokens),
             light,
-            placement: placement(flow, light),
+            prefill_rule: prefill_rule(flow, light),
             output: AtomicU64::new(UNKNOWN),
             seed: Some(seed),
             ticket,
@@ -393,16 +393,16 @@ fn isolating(bounds: &SaturationConfig) -> bool {
 /// Where the replica choice may put a request admitted now, light (under its share) or not:
 /// the per-replica half of the pending-prefill bound, and a light request's prefill steered to
 /// the replica with the least prefill work ahead of it.
-fn placement(flow: &FlowConfig, light: bool) -> Placement {
+fn prefill_rule(flow: &FlowConfig, light: bool) -> PrefillRule {
     match (
         flow.enabled,
         light,
         flow.saturation.max_pending_prefill_tokens,
     ) {
-        (false, _, _) => Placement::Any,
-        (true, true, _) => Placement::LeastPrefill,
-        (true, false, Some(max)) => Placement::PrefillBelow(max),
-        (true, false, None) => Placement::Any,
+        (false, _, _) => PrefillRule::Any,
+        (true, true, _) => PrefillRule::LeastPrefill,
+        (true, false, Some(max)) => PrefillRule::PrefillBelow(max),
+        (true, false, None) => PrefillRule::Any,
     }
 }
 
@@ -747,7 +747,7 @@ struct Grant {
     /// queued work until its first token).
     light: bool,
     /// What the replica choice is asked for this request.
-    placement: Placement,
+    prefill_rule: PrefillRule,
     output: AtomicU64,
 }
 
@@ -795,8 +795,8 @@ impl Held for Grant {
     fn first_token(&self) {
         self.prefill_down_to(PREFILLED);
     }
-    fn placement(&self) -> Placement {
-        self.placement
+    fn prefill_rule(&self) -> PrefillRule {
+        self.prefill_rule
     }
 }
 

@@ -21,7 +21,7 @@
 //! everyone else's queued work. And since the bounds are the pool's, the replica choice passes
 //! over a replica at its share of them while another has room
 //! ([`crate::config::FlowConfig::replica_full_at`], and for prefill work
-//! [`crate::choice::Placement`]).
+//! [`crate::choice::PrefillRule`]).
 
 use crate::config::SaturationConfig;
 use crate::state::replica::ReplicaState;
@@ -178,7 +178,7 @@ pub fn prefill_gated(
 /// Whether every ready replica among `candidates` has `max_pending_prefill_tokens` or more
 /// pending prefill tokens of its own (sent there, no first token yet): queued work of a tenant
 /// at or over its share then has no replica the choice would send it to
-/// ([`crate::choice::Placement::PrefillBelow`]), so it waits. The pool's bound
+/// ([`crate::choice::PrefillRule::PrefillBelow`]), so it waits. The pool's bound
 /// ([`prefill_gated`]) still applies: these counts move only once a replica is chosen.
 pub fn every_replica_prefilling(
     candidates: &[Candidate],

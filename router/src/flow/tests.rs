@@ -4,7 +4,7 @@
 use super::saturation::{
     every_replica_prefilling, prefill_gated, saturated, under_share, with_headroom, AdmittedLoad,
 };
-use crate::choice::Placement;
+use crate::choice::PrefillRule;
 use crate::config::{Config, SaturationConfig};
 use crate::metrics::Metrics;
 use crate::state::inflight_limit::{learn_limit, Learned};
@@ -215,16 +215,23 @@ fn queued_backlog_work_waits_while_every_replica_has_its_bound_of_prefill_pendin
 fn light_requests_ask_for_the_least_prefill_and_others_for_the_bound() {
     let mut flow = crate::config::FlowConfig::default();
     assert_eq!(
-        super::placement(&flow, true),
-        Placement::Any,
+        super::prefill_rule(&flow, true),
+        PrefillRule::Any,
         "flow control off"
     );
     flow.enabled = true;
-    assert_eq!(super::placement(&flow, true), Placement::LeastPrefill);
-    assert_eq!(super::placement(&flow, false), Placement::Any, "no bound");
+    assert_eq!(super::prefill_rule(&flow, true), PrefillRule::LeastPrefill);
+    assert_eq!(
+        super::prefill_rule(&flow, false),
+        PrefillRule::Any,
+        "no bound"
+    );
     flow.saturation.max_pending_prefill_tokens = Some(512);
-    assert_eq!(super::placement(&flow, false), Placement::PrefillBelow(512));
-    assert_eq!(super::placement(&flow, true), Placement::LeastPrefill);
+    assert_eq!(
+        super::prefill_rule(&flow, false),
+        PrefillRule::PrefillBelow(512)
+    );
+    assert_eq!(super::prefill_rule(&flow, true), PrefillRule::LeastPrefill);
 }
 
 fn engine(running: f64, waiting: f64) -> EngineLoad {

@@ -1,13 +1,17 @@
-//! The prefix indexes' series: how much of the prompts they matched, and their size against
-//! their bounds (the approximate index, and the one fed by the engines' KV events).
+//! The prefix indexes' series: how much of the prompts they matched, their size against their
+//! bounds (the approximate index, and the one fed by the engines' KV events), and what those
+//! events did.
 
+use super::KvEventLabels;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-/// The prefix indexes: matches, and size against the bounds. The gauges are sampled when the
-/// metrics are read, not kept up on the request path.
+/// The prefix indexes: matches, size against the bounds, and the engines' KV events that feed
+/// one of them. The gauges are sampled when the metrics are read, not kept up on the request
+/// path.
 #[derive(Default)]
 pub struct IndexMetrics {
     pub blocks_queried: Counter,
@@ -21,6 +25,8 @@ pub struct IndexMetrics {
     pub kv_entries: Gauge,
     pub kv_bytes: Gauge,
     pub kv_pending_blocks: Gauge,
+    /// KV-cache events from the engines, by what they did or what was wrong with them.
+    pub kv_events: Family<KvEventLabels, Counter>,
 }
 
 impl IndexMetrics {
@@ -76,6 +82,11 @@ impl IndexMetrics {
             "kv_pending_blocks",
             "Blocks of requests routed to event-followed replicas that their engines have not reported yet",
             m.kv_pending_blocks.clone(),
+        );
+        registry.register(
+            "kv_events",
+            "KV-cache events from the engines by what they did: stored, removed, cleared, and what went wrong (gap, restart, unknown_parent, malformed, undecodable)",
+            m.kv_events.clone(),
         );
         m
     }

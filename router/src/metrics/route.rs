@@ -1,7 +1,7 @@
 //! One route's series (model × pool × replica), resolved once per routing table so that the
 //! request path touches no label map in the common case.
 
-use super::{Metrics, RequestLabels, RouteLabels};
+use super::{RequestLabels, RequestMetrics, RouteLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -15,12 +15,12 @@ pub struct RouteMetrics {
     pub first_byte: Histogram,
 }
 
-impl Metrics {
+impl RequestMetrics {
     pub fn route(&self, labels: RouteLabels) -> RouteMetrics {
-        self.replica_series.lock().routes.insert(labels.clone());
+        self.series.lock().routes.insert(labels.clone());
         RouteMetrics {
             ok: self
-                .requests
+                .answered
                 .get_or_create(&RequestLabels {
                     model: labels.model.clone(),
                     pool: labels.pool.clone(),
@@ -28,8 +28,8 @@ impl Metrics {
                     status: 200,
                 })
                 .clone(),
-            duration: self.request_duration.get_or_create(&labels).clone(),
-            first_byte: self.time_to_first_byte.get_or_create(&labels).clone(),
+            duration: self.duration.get_or_create(&labels).clone(),
+            first_byte: self.first_byte.get_or_create(&labels).clone(),
             labels,
         }
     }
@@ -39,8 +39,8 @@ impl Metrics {
         if status == 200 {
             route.ok.inc();
         } else {
-            self.replica_series.lock().statuses.insert(status);
-            self.requests
+            self.series.lock().statuses.insert(status);
+            self.answered
                 .get_or_create(&RequestLabels {
                     model: route.labels.model.clone(),
                     pool: route.labels.pool.clone(),

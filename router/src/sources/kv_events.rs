@@ -298,6 +298,7 @@ impl Drop for Forget {
 
 fn count(metrics: &Metrics, kind: &'static str) {
     metrics
+        .index
         .kv_events
         .get_or_create(&KvEventLabels { kind })
         .inc();

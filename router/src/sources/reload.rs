@@ -62,7 +62,8 @@ pub async fn watch(
                     return;
                 }
                 metrics
-                    .config_reloads
+                    .config
+                    .reloads
                     .get_or_create(&ResultLabels { result: "ok" })
                     .inc();
                 tracing::info!(path = %path.display(), "configuration reloaded");
@@ -70,7 +71,8 @@ pub async fn watch(
             Err(mut e) => {
                 e.file = path.display().to_string();
                 metrics
-                    .config_reloads
+                    .config
+                    .reloads
                     .get_or_create(&ResultLabels { result: "error" })
                     .inc();
                 tracing::error!("configuration not reloaded, keeping the running one: {e}");

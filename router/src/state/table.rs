@@ -99,7 +99,7 @@ impl Table {
                         entry.push(Candidate {
                             pool: pool_name.clone(),
                             replica: state,
-                            metrics: Arc::new(metrics.route(RouteLabels {
+                            metrics: Arc::new(metrics.requests.route(RouteLabels {
                                 model: model.clone(),
                                 pool: pool.name.clone(),
                                 replica: r.name.clone(),

@@ -162,7 +162,7 @@ impl Split {
             let leg = Choice {
                 exclude: &exclude,
                 // The prefill leg is where the prompt's prefill runs.
-                placement: request.permit.placement(),
+                prefill_rule: request.permit.prefill_rule(),
                 seed: self.choose.next_seed(),
                 ..Choice::among(
                     self.choose.indexes(),
