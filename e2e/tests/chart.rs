@@ -124,6 +124,8 @@ fn matrix(ns: &str) -> Vec<Case> {
                 "--set",
                 "router.ports.endpointPicker=9002",
                 "--set",
+                "router.endpointPickerAuth.tokenSecret=wp-picker-token",
+                "--set",
                 "router.ports.peers=5570",
             ]),
         },
@@ -458,6 +460,12 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
                 "{config}"
             );
             assert!(mounts_secret(out, router, "wp-tls"));
+            // The picker asks Gateways for the token in its Secret.
+            assert!(
+                config.contains("token_file: /var/run/warmpath/picker-token/token"),
+                "{config}"
+            );
+            assert!(mounts_secret(out, router, "wp-picker-token"));
             let np = out
                 .find("NetworkPolicy", router)
                 .expect("router NetworkPolicy");
@@ -501,6 +509,15 @@ fn check_case(case: &str, ns: &str, out: &RenderedChart) {
             let config: serde_yaml::Value =
                 serde_yaml::from_str(cm["data"]["router.yaml"].as_str().unwrap()).unwrap();
             assert_eq!(int_at(&config, &["shutdown", "drain_ms"]), Some(110000));
+            // The controller's pods: their admin port, to the release's namespace, and nothing
+            // else.
+            let np = out
+                .find("NetworkPolicy", controller)
+                .expect("controller NetworkPolicy");
+            let ingress = np["spec"]["ingress"].as_sequence().expect("ingress");
+            assert_eq!(ingress.len(), 1, "{np:?}");
+            assert_eq!(str_at(&ingress[0]["ports"][0], &["port"]), "admin");
+            assert!(ingress[0]["from"][0]["podSelector"].is_mapping(), "{np:?}");
         }
         "tokenizer-volume" => {
             // A model's tokenizer mounted for routing from KV events (InferencePool

@@ -98,6 +98,14 @@ impl ApiError {
             message.into(),
         )
     }
+    /// An untrusted client's body that names prefill/decode fields but cannot be re-encoded
+    /// without them: it is not passed on as it is.
+    pub fn not_reencoded() -> Self {
+        Self::bad_request(
+            "invalid_body",
+            "The request body could not be re-encoded without its prefill/decode fields.",
+        )
+    }
     pub fn unknown_model(model: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

@@ -4,6 +4,7 @@
 //! parsed twice. A pure function, used by the stack's parse layer (`crate::api::parse`).
 
 use crate::errors::ApiError;
+use bytes::Bytes;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -57,6 +58,29 @@ pub const PD_FIELDS: [&str; 4] = [
     "bootstrap_port",
     "bootstrap_room",
 ];
+
+/// The body less the fields that steer a prefill/decode split: `Ok(None)` when it names none
+/// (nothing to re-encode), `Err` when it is not a JSON object that can be re-encoded. Keys are
+/// compared decoded, as an engine reads them (`"kv\u005ftransfer_params"` is the field too).
+pub fn without_pd_fields(body: &[u8]) -> Result<Option<Bytes>, NotAnObject> {
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(|_| NotAnObject)?;
+    let mut removed = false;
+    for field in PD_FIELDS {
+        removed |= object.remove(field).is_some();
+    }
+    if !removed {
+        return Ok(None);
+    }
+    serde_json::to_vec(&object)
+        .map(|v| Some(Bytes::from(v)))
+        .map_err(|_| NotAnObject)
+}
+
+/// A body [`without_pd_fields`] could not read as a JSON object.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body could not be re-encoded without its prefill/decode fields")]
+pub struct NotAnObject;
 
 /// A model's tokenizer with the cache of its prompts' shared prefixes (a long system prompt is
 /// tokenized once; later prompts re-tokenize only what follows it).

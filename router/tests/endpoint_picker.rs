@@ -284,18 +284,25 @@ async fn refusals_fail_closed_or_open() {
 
     // Fail open: no destination (a client's own is removed), the body handed back whole.
     let mut gateway = client(&open).await;
-    for body in [unknown, too_large] {
-        let told = through(&mut gateway, &Call::post("/v1/completions", body.clone()))
-            .await
-            .unwrap();
-        assert!(told.immediate.is_none());
-        assert_eq!(told.destination, None);
-        assert_eq!(told.metadata, None);
-        assert!(told
-            .removed
-            .contains(&"x-gateway-destination-endpoint".to_owned()));
-        assert_eq!(told.body, body.as_bytes());
-    }
+    let told = through(
+        &mut gateway,
+        &Call::post("/v1/completions", unknown.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(told.immediate.is_none());
+    assert_eq!(told.destination, None);
+    assert_eq!(told.metadata, None);
+    assert!(told
+        .removed
+        .contains(&"x-gateway-destination-endpoint".to_owned()));
+    assert_eq!(told.body, unknown.as_bytes());
+    // A body not read whole cannot be vetted for a client's P/D fields (the Gateway is not a
+    // trusted source): answered, open or not.
+    let told = through(&mut gateway, &Call::post("/v1/completions", too_large))
+        .await
+        .unwrap();
+    assert_eq!(told.immediate.map(|(s, ..)| s), Some(413));
     // And a good request is still picked.
     let told = through(
         &mut gateway,
@@ -550,5 +557,148 @@ async fn tenants_and_flow_control_apply_as_in_the_proxy() {
         1.0,
         "{m}"
     );
+    s.stop().await;
+}
+
+/// A completion whose client tries to steer a prefill/decode split: vLLM's KV-transfer
+/// parameters, SGLang's bootstrap fields (one key escaped, as an engine decodes it), and the
+/// sidecar's header.
+fn steering() -> Call {
+    let body = r#"{"model": "tiny", "prompt": "hello", "max_tokens": 1,
+        "kv_transfer_params": {"do_remote_prefill": true, "remote_host": "192.0.2.9"},
+        "bootstrap_host": "192.0.2.9", "bootstrap\u005froom": 7}"#;
+    Call::post("/v1/completions", body).with("x-prefiller-host-port", "192.0.2.9:8000")
+}
+
+/// The body an engine is handed: the client's, less every P/D field, its length said.
+fn assert_cleaned(told: &Told) {
+    let body: serde_json::Value = serde_json::from_slice(&told.body).expect("JSON handed on");
+    for field in [
+        "kv_transfer_params",
+        "bootstrap_host",
+        "bootstrap_port",
+        "bootstrap_room",
+    ] {
+        assert!(
+            body.get(field).is_none(),
+            "{field} reached the engine: {body}"
+        );
+    }
+    assert_eq!(body["prompt"], "hello", "{body}");
+    assert_eq!(
+        told.set.get("content-length"),
+        Some(&told.body.len().to_string())
+    );
+    assert!(
+        told.removed.contains(&"x-prefiller-host-port".to_owned()),
+        "{:?}",
+        told.removed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pd_fields_reach_an_engine_only_from_a_trusted_gateway() {
+    let s = Setup::new(&["--replicas", "1", "--timing", "zero"], PICKER).await;
+    let mut gateway = client(&s.router).await;
+    // Picked, in full duplex and buffered: handed on cleaned, and served so.
+    let told = through(&mut gateway, &steering()).await.unwrap();
+    assert!(told.destination.is_some());
+    assert_cleaned(&told);
+    assert_eq!(told.upstream_status, Some(200));
+    let mut buffered = steering();
+    buffered.mode = BodySendMode::Buffered;
+    let told = through_buffered(&mut gateway, &buffered).await.unwrap();
+    assert!(told.destination.is_some());
+    assert_cleaned(&told);
+    assert_eq!(told.upstream_status, Some(200));
+    // Without P/D fields nothing is re-encoded, but the header still goes.
+    let plain = Call::post("/v1/completions", completion("hello", 1))
+        .with("x-prefiller-host-port", "192.0.2.9:8000");
+    let told = through(&mut gateway, &plain).await.unwrap();
+    assert_eq!(told.body, plain.body);
+    assert!(!told.set.contains_key("content-length"));
+    assert!(told.removed.contains(&"x-prefiller-host-port".to_owned()));
+    s.stop().await;
+
+    // Failing open the body still reaches an engine (the Gateway's choice): cleaned too, and
+    // one that cannot be read as JSON is not passed on at all.
+    let s = Setup::new(
+        &["--replicas", "1"],
+        &format!("{PICKER}  failure_mode: open\n"),
+    )
+    .await;
+    let mut gateway = client(&s.router).await;
+    let mut unknown = steering();
+    unknown.body = String::from_utf8(unknown.body)
+        .unwrap()
+        .replace("\"tiny\"", "\"nope\"")
+        .into_bytes();
+    let told = through(&mut gateway, &unknown).await.unwrap();
+    assert!(told.immediate.is_none(), "failed open");
+    assert_eq!(told.destination, None);
+    assert_cleaned(&told);
+    let broken = Call::post(
+        "/v1/completions",
+        r#"{"model": "tiny", "kv_transfer_params": {}, "prompt": NaN}"#,
+    );
+    let told = through(&mut gateway, &broken).await.unwrap();
+    let (status, _, json) = told.immediate.expect("not passed on");
+    assert_eq!(status, 400, "{json}");
+    s.stop().await;
+
+    // A Gateway the operator trusts passes its clients' fields, as the proxy does.
+    let s = Setup::new(
+        &["--replicas", "1", "--timing", "zero"],
+        &format!("{PICKER}tenants:\n  trusted_sources: [127.0.0.0/8]\n"),
+    )
+    .await;
+    let mut gateway = client(&s.router).await;
+    let call = steering();
+    let told = through(&mut gateway, &call).await.unwrap();
+    assert!(told.destination.is_some());
+    assert_eq!(told.body, call.body);
+    assert!(!told.removed.contains(&"x-prefiller-host-port".to_owned()));
+    s.stop().await;
+}
+
+/// Identity before work: with API keys required, a request that brings none is answered on
+/// its head, before its body is asked for (so never held, parsed or tokenized), and failing
+/// open does not let it past.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_proves_no_tenant_is_refused_on_its_head_even_failing_open() {
+    let s = Setup::new(
+        &["--replicas", "1", "--timing", "zero"],
+        &format!(
+            "{PICKER}  failure_mode: open\ntenants:\n  require_api_key: true\n  policies:\n    - name: acme\n      api_keys: [sk-acme-0001]\n"
+        ),
+    )
+    .await;
+    let mut gateway = client(&s.router).await;
+    for key in [None, Some("Bearer sk-not-a-key")] {
+        let mut call = Call::post("/v1/completions", completion("hello", 1));
+        if let Some(key) = key {
+            call = call.with("authorization", key);
+        }
+        // Only the head is sent: the answer cannot wait for a body.
+        let (tx, mut inbound) = open(&mut gateway).await.unwrap();
+        tx.send(headers_message(&call)).await.unwrap();
+        let answer = next(&mut inbound).await.unwrap().expect("an answer");
+        let mut told = Told::default();
+        match &answer.response {
+            Some(processing_response::Response::ImmediateResponse(r)) => immediate(&mut told, r),
+            other => panic!("{key:?}: a local reply on the head, not {other:?}"),
+        }
+        let (status, _, json) = told.immediate.unwrap();
+        assert_eq!(status, 401, "{key:?}: {json}");
+        // And buffered, the same.
+        let mut buffered = call;
+        buffered.mode = BodySendMode::Buffered;
+        let told = through_buffered(&mut gateway, &buffered).await.unwrap();
+        assert_eq!(told.immediate.map(|(s, ..)| s), Some(401), "{key:?}");
+    }
+    let keyed = Call::post("/v1/completions", completion("hello", 1))
+        .with("authorization", "Bearer sk-acme-0001");
+    let told = through(&mut gateway, &keyed).await.unwrap();
+    assert!(told.destination.is_some());
     s.stop().await;
 }

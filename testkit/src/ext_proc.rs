@@ -65,8 +65,10 @@ pub struct Told {
     /// `envoy.lb` / `x-gateway-destination-endpoint` in the dynamic metadata.
     pub metadata: Option<String>,
     pub removed: Vec<String>,
+    /// Other request headers the picker set (a new body's `content-length`).
+    pub set: HashMap<String, String>,
     pub clear_route_cache: bool,
-    /// The request body as handed back (full duplex).
+    /// The request body as handed back (full duplex), or as it replaced a buffered one.
     pub body: Vec<u8>,
     /// A local reply: status, headers, JSON body.
     pub immediate: Option<(u16, HashMap<String, String>, serde_json::Value)>,
@@ -221,8 +223,11 @@ pub fn read_common(told: &mut Told, common: Option<&CommonResponse>, metadata: O
     if let Some(m) = common.and_then(|c| c.header_mutation.as_ref()) {
         for h in &m.set_headers {
             let h = h.header.as_ref().expect("a header");
+            let value = String::from_utf8(h.raw_value.clone()).unwrap();
             if h.key == "x-gateway-destination-endpoint" {
-                told.destination = Some(String::from_utf8(h.raw_value.clone()).unwrap());
+                told.destination = Some(value);
+            } else {
+                told.set.insert(h.key.clone(), value);
             }
         }
         told.removed.extend(m.remove_headers.iter().cloned());
@@ -285,7 +290,8 @@ pub async fn upstream(
         return Ok(());
     };
     let addr: SocketAddr = destination.parse().expect("IP:PORT");
-    let body = if full_duplex_response {
+    // The body as the picker handed it back or replaced it, else the client's.
+    let body = if full_duplex_response || !told.body.is_empty() {
         told.body.clone()
     } else {
         call.body.clone()
@@ -420,6 +426,11 @@ pub async fn through_buffered(client: &mut Client, call: &Call) -> Result<Told, 
                 "headers go on unchanged until the body is read"
             );
         }
+        // Refused on its head alone (no tenant proved): the body is never asked for.
+        Some(processing_response::Response::ImmediateResponse(r)) => {
+            immediate(&mut told, &r);
+            return Ok(told);
+        }
         other => panic!("a request headers answer, not {other:?}"),
     }
     tx.send(body_message(false, &call.body, true))
@@ -433,10 +444,19 @@ pub async fn through_buffered(client: &mut Client, call: &Call) -> Result<Told, 
                 b.response.as_ref(),
                 answer.dynamic_metadata.as_ref(),
             );
-            assert!(
-                b.response.as_ref().unwrap().body_mutation.is_none(),
-                "a buffered body goes on as it is"
-            );
+            // A buffered body goes on as it is, or replaced whole.
+            match b
+                .response
+                .as_ref()
+                .unwrap()
+                .body_mutation
+                .as_ref()
+                .and_then(|m| m.mutation.as_ref())
+            {
+                None => {}
+                Some(body_mutation::Mutation::Body(body)) => told.body = body.clone(),
+                other => panic!("a buffered body replaced whole, not {other:?}"),
+            }
         }
         Some(processing_response::Response::ImmediateResponse(r)) => {
             immediate(&mut told, r);

@@ -123,13 +123,11 @@ fn parsed(mut read: Read, mut features: RequestFeatures) -> Result<Parsed, Rejec
     if !read.ctx.table.tenants.trusts(peer) {
         read.head.headers.remove(crate::pd_wire::PREFILLER_HEADER);
         if features.pd_fields {
-            match without_pd_fields(&read.body) {
-                Some(body) => read.body = body,
-                None => {
-                    let error = ApiError::bad_request(
-                        "invalid_body",
-                        "The request body could not be re-encoded without its prefill/decode fields.",
-                    );
+            match crate::request::without_pd_fields(&read.body) {
+                Ok(Some(body)) => read.body = body,
+                Ok(None) => {}
+                Err(_) => {
+                    let error = ApiError::not_reencoded();
                     let model = model_label(&read.ctx.table, &features.model);
                     return Err(Rejection { error, model });
                 }
@@ -152,17 +150,6 @@ fn session_client(
         }
         _ => peer.map_or_else(|| "unknown".into(), |ip| format!("ip:{ip}").into()),
     }
-}
-
-/// The body less the fields that steer a prefill/decode split (rare: only a client that sets
-/// them pays for the re-encoding). `None` when it is not a JSON object after all.
-fn without_pd_fields(body: &[u8]) -> Option<bytes::Bytes> {
-    let mut object: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(body).ok()?;
-    for field in crate::request::PD_FIELDS {
-        object.remove(field);
-    }
-    serde_json::to_vec(&object).ok().map(bytes::Bytes::from)
 }
 
 /// The rest of the stack's answer, its failure labelled with the (served) model.

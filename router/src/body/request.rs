@@ -83,7 +83,10 @@ where
             None if rest.is_empty() => first = Some(data),
             held => {
                 if let Some(held) = held {
-                    rest.reserve(hint.max(total).min(limit));
+                    // The announced length only up to twice what has come (and been counted
+                    // against the budget): a client that announces 16 MiB and stalls after two
+                    // chunks must not hold 16 MiB of memory the budget never saw.
+                    rest.reserve(hint.min(total.saturating_mul(2)).max(total));
                     rest.extend_from_slice(&held);
                 }
                 rest.extend_from_slice(&data);

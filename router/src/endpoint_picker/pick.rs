@@ -11,7 +11,7 @@ use crate::metrics::{Metrics, RequestLabels};
 use crate::request::{Endpoint, RequestFeatures};
 use crate::state::publish::TableReader;
 use crate::state::table::Table;
-use crate::tenants::Tenant;
+use crate::tenants::{Identity, Tenant};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -83,13 +83,28 @@ impl Core {
         }
     }
 
-    /// The proxy's parse stage and identity check, on the body the Gateway buffered.
+    /// The proxy's identity check, on the request head alone: as in the proxy, a request that
+    /// proves no tenant is refused before its body is held, parsed or tokenized. The peer is the
+    /// Gateway: its tenant headers count when `tenants.trusted_sources` names its addresses (a
+    /// client's own key counts wherever it comes from).
+    pub fn identify(&self, head: &Head, peer: Option<IpAddr>) -> Result<Identity, Refusal> {
+        self.parts
+            .tables
+            .current()
+            .tenants
+            .identify(&head.headers, peer)
+            .map_err(Refusal::before_parse)
+    }
+
+    /// The proxy's parse stage, on the body the Gateway buffered, for a request identified by
+    /// [`Core::identify`].
     pub async fn parse(
         &self,
         endpoint: Endpoint,
         head: &Head,
         body: bytes::Bytes,
         peer: Option<IpAddr>,
+        identity: Identity,
     ) -> Result<Identified, Refusal> {
         let table = self.parts.tables.current();
         let body_bytes = body.len();
@@ -98,15 +113,6 @@ impl Core {
             .tokenize
             .features(endpoint, body, &head.headers, &table)
             .await?;
-        // The peer is the Gateway: its tenant headers count when `tenants.trusted_sources`
-        // names its addresses (a client's own key counts wherever it comes from).
-        let identity = table
-            .tenants
-            .identify(&head.headers, peer)
-            .map_err(|error| Refusal {
-                error,
-                model: features.model.clone(),
-            })?;
         let objective = table
             .tenants
             .objective(&head.headers, peer)

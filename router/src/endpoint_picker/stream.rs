@@ -26,6 +26,7 @@ use crate::errors::ApiError;
 use crate::request::Endpoint;
 use crate::state::replica::FirstByteOwed;
 use crate::state::table::Table;
+use crate::tenants::Identity;
 use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request as Message, HttpBody, ProcessingRequest, ProcessingResponse,
@@ -82,6 +83,10 @@ struct Holding {
     /// Room for `body` in the budget.
     held: Option<OwnedSemaphorePermit>,
     held_kib: u32,
+    /// The tenant the head proved ([`Core::identify`](super::pick::Core::identify)).
+    identity: Option<Identity>,
+    /// The body has come whole (the pick is being made).
+    whole: bool,
 }
 
 /// A picked request as its response passes: the proxy's own bookkeeping ([`Served`]) and what
@@ -244,7 +249,7 @@ impl Stream {
                 let subset = wire::subset(&message);
                 match pick::endpoint(&head) {
                     Some(endpoint) => {
-                        let holding = Box::new(Holding {
+                        let mut holding = Box::new(Holding {
                             head,
                             endpoint,
                             subset,
@@ -252,7 +257,16 @@ impl Stream {
                             has_body: false,
                             held: None,
                             held_kib: 0,
+                            identity: None,
+                            whole: false,
                         });
+                        // Identity before work: no body is held for a request that proves no
+                        // tenant.
+                        let peer = self.peer.map(|p| p.ip());
+                        match self.shared.core.identify(&holding.head, peer) {
+                            Ok(identity) => holding.identity = Some(identity),
+                            Err(refusal) => return self.refuse(refusal, holding, false).await,
+                        }
                         if h.end_of_stream {
                             // A completion request with no body: the proxy's 400.
                             return self.decide(holding, inbound, false).await;
@@ -266,7 +280,8 @@ impl Stream {
                         let destination = self.shared.core.any(subset.as_deref());
                         let mutation = RequestMutation {
                             destination,
-                            remove: Vec::new(),
+                            remove: self.untrusted_removals(),
+                            body: None,
                         };
                         self.went_on();
                         self.send(mutation.on_headers()).await?;
@@ -412,9 +427,17 @@ impl Stream {
         let peer = self.peer.map(|p| p.ip());
         // Tokenizing may take the body to another thread; it comes back whole (unshared, so
         // without a copy) for the answer.
+        holding.whole = true;
         let body = std::mem::take(&mut holding.body).freeze();
+        let identity = holding.identity.take().expect("identified at the head");
         let parsed = core
-            .parse(holding.endpoint, &holding.head, body.clone(), peer)
+            .parse(
+                holding.endpoint,
+                &holding.head,
+                body.clone(),
+                peer,
+                identity,
+            )
             .await;
         holding.body = BytesMut::from(body);
         let parsed = match parsed {
@@ -423,6 +446,22 @@ impl Stream {
         };
         let strip_authorization = parsed.table.tenants.strips_authorization();
         let model = parsed.features.model.clone();
+        // As the proxy's parse stage: an untrusted client may not steer a prefill/decode split,
+        // so its P/D fields go before the body is handed back to reach an engine.
+        let untrusted = !parsed.table.tenants.trusts(peer);
+        let cleaned = if untrusted && parsed.features.pd_fields {
+            match crate::request::without_pd_fields(&holding.body) {
+                Ok(cleaned) => cleaned,
+                Err(_) => {
+                    let error = ApiError::not_reencoded();
+                    return self
+                        .refuse(Refusal { error, model }, holding, body_ended)
+                        .await;
+                }
+            }
+        } else {
+            None
+        };
         let permit = match core.admit(&parsed) {
             Admit::Now(permit) => permit,
             Admit::Reject(error) => {
@@ -463,14 +502,15 @@ impl Stream {
             Ok(p) => p,
             Err(refusal) => return self.refuse(refusal, holding, body_ended).await,
         };
+        let mut remove = self.untrusted_removals();
+        // The client's key stays with the router, as the proxy's admission stage keeps it.
+        if strip_authorization {
+            remove.push(http::header::AUTHORIZATION);
+        }
         let mutation = RequestMutation {
             destination: Some(picked.endpoint.clone()),
-            // The client's key stays with the router, as the proxy's admission stage keeps it.
-            remove: if strip_authorization {
-                vec!["authorization"]
-            } else {
-                Vec::new()
-            },
+            remove,
+            body: cleaned,
         };
         self.serve(picked);
         self.answer(mutation, holding, body_ended).await?;
@@ -495,7 +535,8 @@ impl Stream {
             (_, false) => self.send(mutation.on_headers()).await?,
             (RequestBodyMode::FullDuplex, true) => {
                 self.send(mutation.on_headers()).await?;
-                for chunk in wire::streamed_all(Direction::Request, &holding.body, body_ended) {
+                let body = mutation.body.as_deref().unwrap_or(&holding.body);
+                for chunk in wire::streamed_all(Direction::Request, body, body_ended) {
                     self.send(chunk).await?;
                 }
             }
@@ -506,26 +547,69 @@ impl Stream {
     }
 
     /// A request the picker will not route: answered with the proxy's error when the failure
-    /// mode is `closed` (and always for flow control's 429, a verdict rather than a failure);
-    /// otherwise it goes on without a destination.
+    /// mode is `closed`, and always for a verdict rather than a failure (flow control's 429, a
+    /// request that proves no tenant: failing open must not let it past the API keys) or a body
+    /// that may not go on as it is ([`Self::vetted`]); otherwise it goes on without a
+    /// destination.
     async fn refuse(
         &mut self,
         refusal: Refusal,
         holding: Box<Holding>,
         body_ended: bool,
     ) -> Result<Flow, Status> {
+        use http::StatusCode;
         let mode = self.table.config.failure_mode_for(&refusal.model);
-        let shed = refusal.error.status == http::StatusCode::TOO_MANY_REQUESTS;
-        if mode == FailureMode::Closed || shed {
+        let verdict = [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+        ]
+        .contains(&refusal.error.status);
+        let open = (mode == FailureMode::Open && !verdict)
+            .then(|| self.vetted(&holding))
+            .flatten();
+        let Some(body) = open else {
             self.shared.core.count_refusal(&refusal);
             self.send(wire::immediate(&refusal.error)).await?;
             // Envoy ignores the stream after a local reply.
             return Ok(Flow::End);
-        }
+        };
         tracing::debug!("endpoint picker (fail open): {}", refusal.error);
-        self.answer(RequestMutation::default(), holding, body_ended)
-            .await?;
+        let mutation = RequestMutation {
+            destination: None,
+            remove: self.untrusted_removals(),
+            body,
+        };
+        self.answer(mutation, holding, body_ended).await?;
         Ok(Flow::Go)
+    }
+
+    /// Whether the Gateway is a trusted source (`tenants.trusted_sources`): only then do a
+    /// client's prefill/decode header and fields reach an engine, as in the proxy.
+    fn trusts_gateway(&self) -> bool {
+        self.table.tenants.trusts(self.peer.map(|p| p.ip()))
+    }
+
+    /// Request headers an engine must not see from this Gateway's clients.
+    fn untrusted_removals(&self) -> Vec<http::HeaderName> {
+        if self.trusts_gateway() {
+            Vec::new()
+        } else {
+            vec![crate::pd_wire::PREFILLER_HEADER]
+        }
+    }
+
+    /// The body as it may go on without the picker's choice, which it still reaches an engine
+    /// through: `Some(None)` as it is, `Some(Some(body))` less an untrusted client's P/D fields,
+    /// `None` when it cannot be vetted (not read whole, or not a JSON object).
+    fn vetted(&self, holding: &Holding) -> Option<Option<Bytes>> {
+        if self.trusts_gateway() || !holding.has_body {
+            return Some(None);
+        }
+        if !holding.whole {
+            return None;
+        }
+        crate::request::without_pd_fields(&holding.body).ok()
     }
 
     fn went_on(&mut self) {

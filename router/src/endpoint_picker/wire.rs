@@ -3,6 +3,7 @@
 //! types, and the answers built from plain values.
 
 use crate::errors::ApiError;
+use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
 };
@@ -211,8 +212,11 @@ fn header(key: &str, value: &[u8]) -> HeaderValueOption {
 pub struct RequestMutation {
     /// The chosen endpoint's `IP:PORT`; `None`: no pick (the Gateway routes it).
     pub destination: Option<String>,
-    /// Headers to remove before the request reaches an engine (a client's API key).
-    pub remove: Vec<&'static str>,
+    /// Headers to remove before the request reaches an engine (a client's API key, an
+    /// untrusted client's prefill/decode header).
+    pub remove: Vec<http::HeaderName>,
+    /// The body to hand on instead of the client's (less an untrusted client's P/D fields).
+    pub body: Option<Bytes>,
 }
 
 impl RequestMutation {
@@ -225,7 +229,13 @@ impl RequestMutation {
         }
         mutation
             .remove_headers
-            .extend(self.remove.iter().map(|h| (*h).to_owned()));
+            .extend(self.remove.iter().map(|h| h.as_str().to_owned()));
+        if let Some(body) = &self.body {
+            mutation.set_headers.push(header(
+                http::header::CONTENT_LENGTH.as_str(),
+                body.len().to_string().as_bytes(),
+            ));
+        }
         CommonResponse {
             header_mutation: Some(mutation),
             // The route (and so the cluster) may depend on the new header.
@@ -266,11 +276,18 @@ impl RequestMutation {
         }
     }
 
-    /// The answer to a buffered body carrying the mutation (its headers waited for it).
+    /// The answer to a buffered body carrying the mutation (its headers waited for it). A new
+    /// body replaces it whole here; in full duplex it is handed back as it goes instead.
     pub fn on_body(&self) -> ProcessingResponse {
+        let common = CommonResponse {
+            body_mutation: self.body.as_ref().map(|b| BodyMutation {
+                mutation: Some(body_mutation::Mutation::Body(b.to_vec())),
+            }),
+            ..self.common()
+        };
         ProcessingResponse {
             response: Some(processing_response::Response::RequestBody(BodyResponse {
-                response: Some(self.common()),
+                response: Some(common),
             })),
             dynamic_metadata: self.metadata(),
             ..Default::default()

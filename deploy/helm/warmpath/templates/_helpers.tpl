@@ -87,6 +87,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.router.ports.endpointPicker (eq .Values.router.mode "deployment") }}
 {{- $picker := deepCopy (default (dict) (get $cfg "endpoint_picker")) }}
 {{- $_ := set $picker "listen" (printf "0.0.0.0:%v" .Values.router.ports.endpointPicker) }}
+{{- if .Values.router.endpointPickerAuth.tokenSecret }}{{ $_ := set $picker "token_file" "/var/run/warmpath/picker-token/token" }}{{ end }}
 {{- $_ := set $cfg "endpoint_picker" $picker }}
 {{- end }}
 {{- if and .Values.router.ports.peers (eq .Values.router.mode "deployment") }}

@@ -87,6 +87,11 @@
       mountPath: /var/run/warmpath/peers-key
       readOnly: true
     {{- end }}
+    {{- if and .Values.router.ports.endpointPicker .Values.router.endpointPickerAuth.tokenSecret }}
+    - name: warmpath-picker-token
+      mountPath: /var/run/warmpath/picker-token
+      readOnly: true
+    {{- end }}
     {{- if .Values.router.adminAuth.tokenSecret }}
     - name: warmpath-admin-token
       mountPath: /var/run/warmpath/admin-token

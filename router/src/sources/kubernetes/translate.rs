@@ -224,7 +224,18 @@ pub fn discovered<'a>(
                         });
                 PoolConfig {
                     kv_events,
-                    lora_adapters: spec.map(|s| s.lora_adapters.clone()).unwrap_or_default(),
+                    // Only adapters among the models this pool kept: one that names a model
+                    // claimed elsewhere would otherwise key that model's blocks as an adapter's
+                    // (its owner's cache matching gone) and fail the whole file's validation.
+                    lora_adapters: spec
+                        .map(|s| {
+                            s.lora_adapters
+                                .iter()
+                                .filter(|a| models.contains(a))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                     weights,
                     failure_mode,
                     name,
@@ -578,5 +589,29 @@ mod tests {
             &Boundaries::default(),
         );
         assert_eq!(d.pools[0].lora_adapters, ["llama-sql"]);
+    }
+
+    /// A pool that lists another namespace's model among its adapters neither serves it nor
+    /// makes the router key its owner's requests as an adapter's, and the file stays valid.
+    #[test]
+    fn an_adapter_naming_a_model_claimed_elsewhere_is_dropped() {
+        let owner = created(pool("zeta", "serving", &["llama"]), 100);
+        let mut grab = created(pool("attacker", "grab", &["llama", "own"]), 200);
+        grab.spec.lora_adapters = vec!["llama".into(), "own".into()];
+        let d = discovered(
+            [&owner, &grab],
+            [
+                &replica("zeta", "z0", "serving", "10.0.0.1"),
+                &replica("attacker", "a0", "grab", "10.0.0.66"),
+            ],
+            &Boundaries::default(),
+        );
+        let grab = d.pools.iter().find(|p| p.name == "attacker/grab").unwrap();
+        assert_eq!(grab.models, ["own"]);
+        assert_eq!(grab.lora_adapters, ["own"]);
+        // What the file's validation asks of every pool.
+        for pool in &d.pools {
+            assert!(pool.lora_adapters.iter().all(|a| pool.models.contains(a)));
+        }
     }
 }
