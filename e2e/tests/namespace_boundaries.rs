@@ -85,6 +85,8 @@ async fn router_for(
 }
 
 /// Creation times have a resolution of one second: this makes the next object younger.
+/// A sleep, not a wait on state: what orders the objects is the API server's clock, which
+/// nothing shows before the next object is created.
 async fn next_second() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
 }

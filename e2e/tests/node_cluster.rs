@@ -395,6 +395,23 @@ impl Traffic {
         self.ok.load(Ordering::Relaxed)
     }
 
+    /// Until `more` requests past the `since`-th have been answered, for at most `seconds`:
+    /// traffic shown to flow at this step of the test, not assumed to after a while. Panics with
+    /// what failed meanwhile and the pods' logs.
+    async fn until_answered(&self, ns: &TestNamespace, since: usize, more: usize, seconds: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+        while self.answered() < since + more {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {} of {more} requests answered in {seconds} s; failed: {:?}\n{}",
+                self.answered() - since,
+                self.failed.lock().unwrap(),
+                pod_logs(ns)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stops the clients; panics unless every request sent was answered whole and at least
     /// `min` were during `what`.
     async fn stop_and_check(self, ns: &TestNamespace, what: &str, since: usize, min: usize) {
@@ -460,7 +477,8 @@ async fn routers_roll_and_the_controller_leader_dies_under_traffic_losing_no_req
     // Clients send one request after another through the Service while the routers roll.
     let traffic = Traffic::start(addr, 4);
     let before = traffic.answered();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Traffic flowing before the roll, so that the roll happens under it.
+    traffic.until_answered(&ns, before, 4, 60).await;
     // `helm upgrade` with a changed pod template (a new annotation), as a user's upgrade
     // rolls the Deployment: one pod at a time, the chart's maxUnavailable and probes deciding.
     let chart = Chart::prepare(ns.scratch_dir()).expect("chart");
@@ -701,7 +719,8 @@ async fn engines_killed_and_scaled_2_6_1_under_traffic_are_followed_and_a_delete
         replica_names(&ns).await.len() == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Traffic flowing on after the scale-down, to the one replica left.
+    traffic.until_answered(&ns, traffic.answered(), 4, 60).await;
     traffic
         .stop_and_check(&ns, "the scaling 2 -> 6 -> 1", since, 30)
         .await;

@@ -242,15 +242,7 @@ async fn a_busy_tokenizer_pool_routes_without_tokens_rather_than_queue() {
 }
 
 async fn seeded_mix(f: &Fleet) {
-    let a = cached_token_agreement(
-        f.rt.addr,
-        &["tiny"],
-        60,
-        1200,
-        200,
-        Duration::from_millis(20),
-    )
-    .await;
+    let a = cached_token_agreement(&f.rt, &["tiny"], 60, 1200, 200).await;
     a.assert_at_least(95);
 }
 
@@ -374,15 +366,23 @@ async fn a_burst_of_one_new_prompt_stays_on_one_replica() {
         wait_fresh(&rt, &sim, 0).await;
         wait_fresh(&rt, &sim, 1).await;
         let body = json!({"model": "tiny", "prompt": text(7_000 + u64::from(one_replica), 3000), "max_tokens": 1});
+        let before = decisions(rt.admin_addr).await;
         let mut burst = Vec::new();
-        for _ in 0..4 {
+        for i in 0..4 {
             let (addr, body) = (rt.addr, body.clone());
             burst.push(tokio::spawn(async move {
                 direct(addr, "/v1/completions", &body).await
             }));
-            // Each choice made before the next request arrives, all well within the prefill.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Each request chosen before the next arrives: the next meets its pending blocks
+            // (or, without them, its load).
+            until_decisions(rt.admin_addr, before + f64::from(i + 1)).await;
         }
+        // All chosen within the first one's prefill, before the engine reported anything:
+        // otherwise the later ones would follow its events, and the test would show nothing.
+        assert!(
+            burst.iter().all(|r| !r.is_finished()),
+            "{top}: the burst outlasted the prefill"
+        );
         let mut chosen = std::collections::BTreeSet::new();
         for r in burst {
             let r = r.await.unwrap();

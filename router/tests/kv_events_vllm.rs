@@ -104,15 +104,7 @@ async fn predictions_match_real_vllm_engines() {
     wait_ready(rt.admin_addr).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let a = cached_token_agreement(
-        rt.addr,
-        &["tiny", "tiny-lora"],
-        80,
-        1500,
-        300,
-        Duration::from_millis(50),
-    )
-    .await;
+    let a = cached_token_agreement(&rt, &["tiny", "tiny-lora"], 80, 1500, 300).await;
     // vLLM folds a request's cache_salt into its first block: the router must too, so that
     // blocks cached under one salt never count for another salt or for none.
     let prompt = text(777, 2500);

@@ -98,13 +98,17 @@ async fn spread(policy: &str, min_replicas: usize) {
     .await;
     assert_eq!(first.status, 200);
     let warm = first.replica();
+    let before = decisions(s.router.admin_addr).await;
     let mut tasks = Vec::new();
     for i in 0..32 {
         let body = completion(&format!("{prefix} burst {i}"), 10);
         tasks.push(tokio::spawn(async move {
             post(addr, "/v1/completions", &body).await
         }));
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        // The queue the spill answers to is the one the burst builds: each request is chosen
+        // before the next arrives and counts in the load the next one meets (requests that
+        // arrive together may be chosen against the same load, none of the others counted).
+        until_decisions(s.router.admin_addr, before + f64::from(i + 1)).await;
     }
     let mut used = HashMap::<String, u32>::new();
     for t in tasks {

@@ -136,6 +136,17 @@ pub async fn until_metric(
     labels: &[(&str, &str)],
     ok: impl Fn(f64) -> bool,
 ) -> String {
+    until_metric_every(admin, name, labels, ok, Duration::from_millis(10)).await
+}
+
+/// [`until_metric`], polling every `every`.
+async fn until_metric_every(
+    admin: SocketAddr,
+    name: &str,
+    labels: &[(&str, &str)],
+    ok: impl Fn(f64) -> bool,
+    every: Duration,
+) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let m = router_metrics(admin).await;
@@ -146,8 +157,33 @@ pub async fn until_metric(
             std::time::Instant::now() < deadline,
             "{name}{labels:?} never got there:\n{m}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// Replica choices the router has made, of any reason (`warmpath_decisions_total`: counted
+/// once the request is bound to its replica, in flight there and its pending blocks noted).
+pub async fn decisions(admin: SocketAddr) -> f64 {
+    metric(
+        &router_metrics(admin).await,
+        "warmpath_decisions_total",
+        &[],
+    )
+}
+
+/// Until the router has made `n` choices in all: the next request of a burst sent after this
+/// meets the load and pending blocks of the ones before, as requests microseconds apart do on
+/// a router that chose each in that time. Polls every millisecond, so that waiting keeps the
+/// burst nearly as tight as the router allows.
+pub async fn until_decisions(admin: SocketAddr, n: f64) -> String {
+    until_metric_every(
+        admin,
+        "warmpath_decisions_total",
+        &[],
+        |v| v >= n,
+        Duration::from_millis(1),
+    )
+    .await
 }
 
 /// Until the router holds `n` requests in flight (over its replicas): they have been admitted
@@ -219,17 +255,16 @@ pub fn cached_tokens(r: &Reply) -> (u64, u64) {
 
 /// A seeded mix of `n` chat and completion requests for `models` (taken in turn every third
 /// request) over four shared system prompts of `system_bytes` each, sent one at a time through
-/// the router at `addr` with `pause` between them (so that each request's KV events reach the
-/// router before the next, as they would between requests of a real workload that are not
-/// simultaneous).
+/// the router `rt`, each once the KV events of the one before have reached the router (as they
+/// would between requests of a real workload that are not simultaneous).
 pub async fn cached_token_agreement(
-    addr: SocketAddr,
+    rt: &RouterHandle,
     models: &[&str],
     n: u64,
     system_bytes: usize,
     question_bytes: usize,
-    pause: Duration,
 ) -> Agreement {
+    let stored = |page: &str| metric(page, "warmpath_kv_events_total", &[("kind", "stored")]);
     let systems: Vec<String> = (0..4).map(|g| text(100 + g, system_bytes)).collect();
     let mut a = Agreement::default();
     for i in 0..n {
@@ -249,7 +284,8 @@ pub async fn cached_token_agreement(
                 serde_json::json!({"model": model, "max_tokens": 2, "prompt": format!("{system}{question}")}),
             )
         };
-        let r = post(addr, path, &body.to_string()).await;
+        let before = stored(&router_metrics(rt.admin_addr).await);
+        let r = post(rt.addr, path, &body.to_string()).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let (predicted, actual) = cached_tokens(&r);
         a.total += 1;
@@ -258,7 +294,17 @@ pub async fn cached_token_agreement(
         } else {
             a.misses.push((i, predicted, actual));
         }
-        tokio::time::sleep(pause).await;
+        // Each request stores blocks of its own (its question is new and spans more than a
+        // block), and the engine publishes a prompt's new blocks in one message, which the
+        // router applies whole under its index's lock: one more stored event counted means
+        // the next request is chosen against all of them.
+        until_metric(
+            rt.admin_addr,
+            "warmpath_kv_events_total",
+            &[("kind", "stored")],
+            |v| v > before,
+        )
+        .await;
     }
     a
 }
