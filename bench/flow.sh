@@ -30,7 +30,12 @@
 #   weights       three backlogged tenants a, b, c with weights 1:2:4 (router config):
 #                 target token shares within 5 % of 1/7, 2/7, 4/7
 # Results (JSON per run, the router configurations, the commands) go to RESULTS, the report to
-# RESULTS/REPORT.md (`warmpath-bench fairness-report`). About 45 minutes with 3 seeds, plus the build.
+# RESULTS/REPORT.md (`warmpath-bench fairness-report`). About 15 minutes a seed, plus the build.
+#
+# In parts (a run of ten seeds is longer than a sitting): the first part measures the capacity
+# over its seeds; a later part with KEEP_RESULTS=1 and CAPACITY set to the first part's (its
+# REPORT.md says it) keeps the results already there and runs its seeds at the same rates. The
+# report covers every seed in RESULTS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -81,7 +86,9 @@ BACKLOG=${BACKLOG:-$((SLOTS * 3 / 2))}   # in flight per backlogged tenant
 BUILT_FROM=$(commit_said ' plus uncommitted changes' 12)
 BUILT_AT=$(date -u -r "$BIN/warmpath-router" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo unknown)
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/flow-*.json "$RESULTS"/commands-flow.txt "$RESULTS"/failed-*.log "$RESULTS"/metrics-*.txt
+if [ "${KEEP_RESULTS:-0}" != 1 ]; then
+  rm -f "$RESULTS"/flow-*.json "$RESULTS"/commands-flow.txt "$RESULTS"/failed-*.log "$RESULTS"/metrics-*.txt
+fi
 
 url() { echo "http://127.0.0.1:$((SIM_PORT + $1))"; }
 SIM_PID="" FRONT_PID=""
@@ -200,9 +207,11 @@ measure() { # system scenario seed
   stop
 }
 
-# Capacity, then the rates derived from it.
-for seed in $SEEDS; do measure warmpath-noflow capacity "$seed"; done
-CAPACITY=$(jq -s '[.[].fairness.requests_per_s] | sort | .[(length - 1) / 2 | floor] * 100 | round / 100' "$RESULTS"/flow-capacity-*.json)
+# Capacity, then the rates derived from it (given by an earlier part: the same rates for all).
+if [ -z "${CAPACITY:-}" ]; then
+  for seed in $SEEDS; do measure warmpath-noflow capacity "$seed"; done
+  CAPACITY=$(jq -s '[.[].fairness.requests_per_s] | sort | .[(length - 1) / 2 | floor] * 100 | round / 100' "$RESULTS"/flow-capacity-*.json)
+fi
 STEADY_RATE=$(jq -n "$CAPACITY * $STEADY_FRACTION * 100 | round / 100")
 FLOOD_RATE=$(jq -n "$CAPACITY * $FLOOD_FACTOR * 100 | round / 100")
 echo "capacity $CAPACITY req/s: steady $STEADY_RATE req/s, flood $FLOOD_RATE req/s" >&2
@@ -222,6 +231,14 @@ for seed in $SEEDS; do
   done
 done
 stop
+
+# The seeds whose results are in RESULTS (every part's), and those the capacity was measured on.
+seeds_of() { # glob
+  # shellcheck disable=SC2086
+  ls $1 2>/dev/null | sed -E 's/.*-s([0-9]+)\.json$/\1/' | sort -nu | paste -sd' ' -
+}
+seeds_run() { seeds_of "$RESULTS/flow-[aliw]*.json"; }
+capacity_seeds() { seeds_of "$RESULTS/flow-capacity-*.json"; }
 
 describe_system() { # system: its line in the report's list
   case $1 in
@@ -251,7 +268,7 @@ describe_system() { # system: its line in the report's list
 sequences at once. Requests: fresh random prompts (no shared prefix), $OUTPUT output tokens (uniform per request, \`ignore_eos\`),
 streamed, the tenant in \`x-warmpath-tenant\`. Every run on a freshly started fleet and front; warm-up $WARMUP,
 then a $DURATION window: TTFT and refusals of the requests sent in it, tokens served by the requests completed in
-it; after it, load continues until the window's requests are answered (at most $DRAIN). Seeds: $SEEDS; in each
+it; after it, load continues until the window's requests are answered (at most $DRAIN). Seeds: $(seeds_run); in each
 seed the (system, scenario) pairs run in a seeded shuffled order. The binaries were built from $BUILT_FROM
 ($BUILT_AT).
 
@@ -262,8 +279,8 @@ EOF
 
 The routers' files are \`router-*.yaml\` beside this report, the exact commands \`commands-flow.txt\`, the router's
 own flow metrics at the end of each warmpath run \`metrics-*.txt\`.
-Capacity: one closed-loop tenant with $((2 * SLOTS)) in flight against \`warmpath-noflow\`, once per seed,
-median $CAPACITY requests/s; the steady tenant runs at $STEADY_FRACTION × that ($STEADY_RATE
+Capacity: one closed-loop tenant with $((2 * SLOTS)) in flight against \`warmpath-noflow\`, once per seed
+of the first part ($(capacity_seeds)), median $CAPACITY requests/s; the steady tenant runs at $STEADY_FRACTION × that ($STEADY_RATE
 requests/s), the flood at $FLOOD_FACTOR × ($FLOOD_RATE requests/s, at most 2,048 of its requests unanswered at
 once: arrivals beyond are skipped and counted). Backlogged tenants keep $BACKLOG requests in flight each.
 EOF
