@@ -83,7 +83,8 @@ BACKLOG=${BACKLOG:-$((SLOTS * 3 / 2))}   # in flight per backlogged tenant
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 # What the binaries were built from (each result also records HEAD when its run started).
-BUILT_FROM=$(commit_said ' plus uncommitted changes' 12)
+# BINARIES_FROM says it instead for prebuilt binaries (BIN_DIR) of another commit.
+BUILT_FROM=${BINARIES_FROM:-$(commit_said ' plus uncommitted changes' 12)}
 BUILT_AT=$(date -u -r "$BIN/warmpath-router" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo unknown)
 mkdir -p "$RESULTS"
 if [ "${KEEP_RESULTS:-0}" != 1 ]; then
