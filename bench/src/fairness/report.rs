@@ -160,15 +160,17 @@ fn judge(values: &[f64], want: Want) -> (Side, String) {
         Want::AtMost(b) => e.at_most(b),
         Want::AtLeast(b) => e.at_least(b),
     };
+    // The stand-in for an infinite value is shown as what it stands for.
+    let shown = |v: f64| num(if v == f64::MAX { f64::INFINITY } else { v }, 3);
     let text = match e.interval {
         Some((lo, hi)) => format!(
             "median {} [{}, {}] over {} seeds",
-            num(e.median, 3),
-            num(lo, 3),
-            num(hi, 3),
+            shown(e.median),
+            shown(lo),
+            shown(hi),
             e.n
         ),
-        None => format!("{} from one seed (no interval)", num(e.median, 3)),
+        None => format!("{} from one seed (no interval)", shown(e.median)),
     };
     (side, text)
 }
@@ -726,6 +728,17 @@ fn all_runs(md: &mut String, results: &[FairnessResult]) {
 mod tests {
     use super::*;
     use crate::stats::median;
+
+    #[test]
+    fn infinite_values_are_judged_and_shown_as_infinite() {
+        let (side, text) = judge(
+            &[f64::INFINITY, f64::INFINITY, 3.0],
+            Want::AtMost(ISOLATION_BOUND),
+        );
+        assert!(matches!(side, Side::Fails), "{text}");
+        assert!(text.starts_with("median ∞ ["), "{text}");
+        assert!(text.contains(", ∞] over 3 seeds"), "{text}");
+    }
 
     #[test]
     fn medians_with_infinities() {
