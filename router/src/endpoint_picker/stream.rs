@@ -447,9 +447,9 @@ impl Stream {
         let strip_authorization = parsed.table.tenants.strips_authorization();
         let model = parsed.features.model.clone();
         // As the proxy's parse stage: an untrusted client may not steer a prefill/decode split,
-        // so its P/D fields go before the body is handed back to reach an engine.
-        let untrusted = !parsed.table.tenants.trusts(peer);
-        let cleaned = if untrusted && parsed.features.pd_fields {
+        // so its P/D fields go before the body is handed back to reach an engine. Judged on the
+        // stream's table, as its header is (`untrusted_removals`): one verdict for both.
+        let cleaned = if !self.trusts_gateway() && parsed.features.pd_fields {
             match crate::request::without_pd_fields(&holding.body) {
                 Ok(cleaned) => cleaned,
                 Err(_) => {
